@@ -1,0 +1,1 @@
+"""Package cost_models: see DESIGN.md; filled in by later milestones."""

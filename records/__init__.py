@@ -1,0 +1,1 @@
+"""Package records: see DESIGN.md; filled in by later milestones."""

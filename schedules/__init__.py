@@ -1,0 +1,1 @@
+"""Package schedules: see DESIGN.md; filled in by later milestones."""

@@ -1,0 +1,1 @@
+"""Package search: see DESIGN.md; filled in by later milestones."""
