@@ -214,7 +214,9 @@ class _Reducer:
                                    const(init, source.dtype))
         cond = TRUE if where is None else where
         if not isinstance(cond, PrimExpr) or cond.dtype != "bool":
-            raise TEError(f"reducer {self.name}: where= must be a boolean expression")
+            hint = ("; == compares expressions structurally, build the condition with te.equal"
+                    if isinstance(where, bool) else "")
+            raise TEError(f"reducer {self.name}: where= must be a boolean expression{hint}")
         return Reduce(combiner, source, axes, cond)
 
 
