@@ -118,6 +118,11 @@ class PrimExpr(Node):
     def astype(self, dtype) -> "PrimExpr":
         return cast(dtype, self)
 
+    def __str__(self) -> str:
+        from .printer import to_text
+
+        return to_text(self)
+
 
 ExprLike = Union[PrimExpr, int, float, bool]
 

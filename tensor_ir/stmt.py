@@ -24,6 +24,11 @@ SPATIAL, REDUCE = "spatial", "reduce"
 class Stmt(Node):
     __slots__ = ()
 
+    def __str__(self) -> str:
+        from .printer import to_text
+
+        return to_text(self)
+
 
 @dataclass(frozen=True, slots=True)
 class Range(Node):

@@ -11,6 +11,7 @@ loop nest, under a root block that allocates the intermediate tensors.
 """
 from __future__ import annotations
 
+import builtins
 import inspect
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -236,7 +237,8 @@ _min = comm_reducer(lambda x, y: minimum(x, y), lambda t: const(dt.max_value(t),
 def _is_axis_arg(axis) -> bool:
     if isinstance(axis, AxisVar) and axis.kind == REDUCE:
         return True
-    return isinstance(axis, (list, tuple)) and len(axis) > 0 and all(
+    # NOTE: builtins.all -- this module defines te.all, which builds IR.
+    return isinstance(axis, (list, tuple)) and len(axis) > 0 and builtins.all(
         isinstance(a, AxisVar) and a.kind == REDUCE for a in axis)
 
 

@@ -152,3 +152,11 @@ def test_float_literal_with_int_expression():
         te.compute((4,), lambda i: A[i] + 1.5, name="L")
     with pytest.raises(DTypeError):
         Var("x") / Var("y")
+
+
+def test_max_reduce_over_axis_list():
+    A = te.placeholder((3, 4, 5), name="A")
+    k = te.reduce_axis(4, name="k")
+    r = te.reduce_axis(5, name="r")
+    M = te.compute((3,), lambda i: te.max(A[i, k, r], axis=[k, r]), name="M")
+    assert isinstance(M.op.body, Reduce) and len(M.op.body.axis) == 2

@@ -1,0 +1,50 @@
+"""Shared pytest setup: the ``--update-golden`` option and the ``golden`` snapshot fixture."""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden", action="store_true", default=False,
+        help="rewrite the snapshot files under tests/golden/ instead of comparing with them")
+
+
+class Golden:
+    """Compare text with ``tests/golden/<name>.txt`` (or rewrite it under --update-golden)."""
+
+    def __init__(self, update: bool, directory: Path = GOLDEN_DIR):
+        self.update = update
+        self.directory = directory
+
+    def path(self, name: str) -> Path:
+        return self.directory / f"{name}.txt"
+
+    def check(self, name: str, text: str) -> None:
+        path = self.path(name)
+        text = text.rstrip("\n") + "\n"
+        if self.update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+            return
+        if not path.exists():
+            pytest.fail(f"golden snapshot {path} is missing; run pytest with --update-golden "
+                        f"to create it, then review it")
+        expected = path.read_text()
+        if expected != text:
+            diff = "".join(difflib.unified_diff(
+                expected.splitlines(True), text.splitlines(True),
+                fromfile=f"{path} (stored)", tofile="current output"))
+            pytest.fail(f"output differs from golden snapshot {path.name} "
+                        f"(rerun with --update-golden if the change is intended):\n{diff}")
+
+
+@pytest.fixture
+def golden(request) -> Golden:
+    return Golden(request.config.getoption("--update-golden"))
