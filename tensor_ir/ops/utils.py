@@ -105,7 +105,7 @@ def broadcast_shape(a: tuple, b: tuple, op: str) -> tuple[int, ...]:
     for x, y in zip(pa, pb):
         check(x == y or x == 1 or y == 1, op,
               f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
-        out.append(max(x, y) if min(x, y) != 0 else 0)
+        out.append(max(x, y))
     return tuple(out)
 
 
@@ -164,3 +164,12 @@ def as_tensor_args(tensors: Sequence[te.Tensor], op: str) -> None:
 def to_float(value, dtype: str):
     """A float constant in ``dtype``."""
     return te.const(float(value), dtype)
+
+
+# NOTE: te.max / te.min given a list of reduce axes currently fail (te._is_axis_arg calls the
+# module's own te.all instead of the builtin); these reducers are built the same way as te's
+# own "max" / "min" and take any axis list, so the operators do not depend on that path.
+reduce_max = te.comm_reducer(lambda x, y: te.max(x, y), lambda t: te.min_value(t),
+                             name="max")
+reduce_min = te.comm_reducer(lambda x, y: te.min(x, y), lambda t: te.max_value(t),
+                             name="min")

@@ -1,0 +1,307 @@
+"""Building PrimFuncs into callable kernels: build(), Kernel, load_module() and target strings.
+
+    kernel = autotune.build(func, target="llvm -mcpu=skylake-avx512 -num-cores 2")
+    kernel(a, b, c)                      # numpy arrays, checked against the parameters
+    kernel.get_source("ll")              # optimised LLVM IR; "asm" for assembly
+    kernel.export_library("mm.so")       # or "mm.o"
+    again = autotune.load_module("mm.so")
+
+A built module carries its own metadata (entry name, parameter names, shapes, dtypes) as a
+constant string, so the exported file alone is enough to load and call it again.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensor_ir.codegen import CodegenOptions, LLVMTarget, codegen, compile_module
+from tensor_ir.codegen.compile import CompiledModule, JITModule, host_triple
+from tensor_ir.codegen.llvm import META_SYMBOL, META_VERSION, param_metadata, symbol_name
+from tensor_ir.errors import BuildError
+from tensor_ir.func import PrimFunc
+from tensor_ir.lower import lower
+
+
+class TargetError(ValueError):
+    """A target string names an unknown target kind or option, or an option is malformed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Target strings
+# ---------------------------------------------------------------------------------------------
+
+_TARGET_KINDS = ("llvm",)
+_TARGET_OPTIONS = ("mcpu", "mattr", "mtriple", "num-cores")
+
+
+def parse_target(target: str) -> tuple[LLVMTarget, int]:
+    """Parse ``"llvm [-mcpu=X] [-mattr=+a,+b] [-mtriple=T] [-num-cores N]"``.
+
+    Options take their value after ``=`` or as the next word.  Returns the LLVM target and
+    the number of threads for parallel loops (0: the OpenMP default).
+    """
+    if not isinstance(target, str):
+        raise TargetError(f"target must be a string such as 'llvm', got {type(target).__name__}")
+    words = target.split()
+    if not words:
+        raise TargetError("empty target string; expected a target kind such as 'llvm'")
+    kind = words[0]
+    if kind not in _TARGET_KINDS:
+        raise TargetError(f"unknown target kind {kind!r} in {target!r}; known kinds: "
+                          f"{', '.join(_TARGET_KINDS)}")
+    values: dict[str, str] = {}
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-"):
+            raise TargetError(f"target {target!r}: expected an option starting with '-', "
+                              f"got {word!r}")
+        key, eq, value = word.lstrip("-").partition("=")
+        if key not in _TARGET_OPTIONS:
+            raise TargetError(f"target {target!r}: unknown option -{key}; known options: "
+                              f"{', '.join('-' + o for o in _TARGET_OPTIONS)}")
+        if not eq:
+            if i + 1 >= len(words) or words[i + 1].startswith("-"):
+                raise TargetError(f"target {target!r}: option -{key} needs a value")
+            value = words[i + 1]
+            i += 1
+        if key in values:
+            raise TargetError(f"target {target!r}: option -{key} is given twice")
+        values[key] = value
+        i += 1
+    num_cores = 0
+    if "num-cores" in values:
+        try:
+            num_cores = int(values["num-cores"])
+        except ValueError:
+            num_cores = -1
+        if num_cores < 1:
+            raise TargetError(f"target {target!r}: -num-cores must be a positive integer, got "
+                              f"{values['num-cores']!r}")
+    llvm_target = LLVMTarget(mtriple=values.get("mtriple", ""), mcpu=values.get("mcpu", ""),
+                             mattr=values.get("mattr", ""))
+    return llvm_target, num_cores
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One kernel parameter: what an array passed for it must look like."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    written: bool = False
+
+
+class Kernel:
+    """A compiled PrimFunc: ``kernel(*arrays)`` runs it on C-contiguous numpy arrays.
+
+    Built by :func:`build` or reloaded by :func:`load_module`.  ``func`` is the lowered
+    PrimFunc (None for a reloaded kernel), ``entry_name`` the symbol, ``params`` the
+    ParamSpecs in call order.
+    """
+
+    def __init__(self, meta: dict, address: int | None, owner=None,
+                 compiled: CompiledModule | None = None, object_code: bytes | None = None,
+                 func: PrimFunc | None = None, origin: str = "build"):
+        if meta.get("version") != META_VERSION:
+            raise BuildError(f"kernel metadata has version {meta.get('version')!r}; this "
+                             f"release reads version {META_VERSION}")
+        self.entry_name: str = meta["entry"]
+        self.params = tuple(ParamSpec(p["name"], tuple(p["shape"]), p["dtype"],
+                                      bool(p.get("written", False))) for p in meta["params"])
+        self.num_threads: int = meta.get("num_threads", 0)
+        self.triple: str = meta.get("triple", "")
+        self.func = func
+        self._meta = meta
+        self._owner = owner  # keeps the JIT engine / shared library alive
+        self._compiled = compiled
+        self._object_code = object_code if object_code is not None else (
+            compiled.object_code if compiled is not None else None)
+        self._origin = origin
+        self._np_dtypes = tuple(np.dtype(p.dtype) for p in self.params)
+        self._cfunc = None
+        if address is not None:
+            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.params)))
+            self._cfunc = proto(address)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.params)
+        return f"Kernel({self.entry_name}({args}))"
+
+    # -- calling --------------------------------------------------------------------------------
+    def __call__(self, *arrays) -> None:
+        if self._cfunc is None:
+            raise BuildError(f"kernel {self.entry_name} was compiled for {self.triple}, which "
+                             f"is not this host ({host_triple()}); export it instead of calling")
+        pointers = self._check(arrays)
+        self._cfunc(*pointers)
+
+    def _check(self, arrays: tuple) -> list:
+        params = self.params
+        if len(arrays) != len(params):
+            names = ", ".join(p.name for p in params)
+            raise BuildError(f"kernel {self.entry_name} takes {len(params)} arrays ({names}), "
+                             f"got {len(arrays)}")
+        pointers = []
+        spans = []
+        for spec, np_dtype, a in zip(params, self._np_dtypes, arrays):
+            if not isinstance(a, np.ndarray):
+                raise BuildError(f"kernel {self.entry_name}: parameter {spec.name} must be a "
+                                 f"numpy array, got {type(a).__name__}")
+            if a.dtype != np_dtype:
+                raise BuildError(f"kernel {self.entry_name}: parameter {spec.name} expects "
+                                 f"dtype {spec.dtype}, got {a.dtype}")
+            if a.shape != spec.shape:
+                raise BuildError(f"kernel {self.entry_name}: parameter {spec.name} expects "
+                                 f"shape {spec.shape}, got {a.shape}")
+            if not a.flags.c_contiguous:
+                raise BuildError(f"kernel {self.entry_name}: parameter {spec.name} must be a "
+                                 f"C-contiguous array (use np.ascontiguousarray)")
+            if spec.written and not a.flags.writeable:
+                raise BuildError(f"kernel {self.entry_name}: parameter {spec.name} is written "
+                                 f"by the kernel but the array is read-only")
+            ptr = a.ctypes.data
+            pointers.append(ptr)
+            if a.nbytes:
+                spans.append((ptr, ptr + a.nbytes, spec.name))
+        # The kernel's pointer arguments are noalias: overlapping arrays would give
+        # undefined results, so refuse them.
+        if len(spans) > 1:
+            spans.sort()
+            for (_, end, name), (start, _, other) in zip(spans, spans[1:]):
+                if start < end:
+                    raise BuildError(f"kernel {self.entry_name}: arrays for parameters {name} "
+                                     f"and {other} overlap in memory; pass distinct arrays")
+        return pointers
+
+    # -- source and export ----------------------------------------------------------------------
+    def get_source(self, fmt: str = "ll") -> str:
+        """``"ll"``: optimised LLVM IR; ``"ll-raw"``: the IR as generated; ``"asm"``:
+        assembly.  Available for kernels built in this process."""
+        if self._compiled is None:
+            raise BuildError(f"kernel {self.entry_name} was loaded from {self._origin}; its "
+                             f"source is not available")
+        if fmt == "ll":
+            return self._compiled.llvm_ir
+        if fmt == "ll-raw":
+            return self._compiled.source_ir
+        if fmt in ("asm", "s"):
+            return self._compiled.assembly()
+        raise BuildError(f"unknown source format {fmt!r}; expected 'll', 'll-raw' or 'asm'")
+
+    def export_library(self, path: str | os.PathLike) -> None:
+        """Write the kernel as an object file (``.o``) or a shared library (``.so``, linked
+        with the system C compiler)."""
+        path = os.fspath(path)
+        if self._object_code is None:
+            raise BuildError(f"kernel {self.entry_name} was loaded from {self._origin}; it "
+                             f"holds no object code to export")
+        if path.endswith(".o"):
+            with open(path, "wb") as f:
+                f.write(self._object_code)
+            return
+        if not path.endswith(".so"):
+            raise BuildError(f"export_library({path!r}): the file name must end in .o (object "
+                             f"file) or .so (shared library)")
+        host = host_triple().split("-")[0]
+        if self.triple and self.triple.split("-")[0] != host:
+            raise BuildError(f"export_library({path!r}): kernel is compiled for "
+                             f"{self.triple}; the system C compiler links {host} shared "
+                             f"libraries only; export a .o and link it with a cross linker")
+        link_shared(self._object_code, path)
+
+
+def link_shared(object_code: bytes, path: str) -> None:
+    """Link ``object_code`` into a shared library at ``path`` with ``cc -shared``."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        raise BuildError("export to .so needs a system C compiler (cc), none was found")
+    with tempfile.TemporaryDirectory() as tmp:
+        obj = os.path.join(tmp, "kernel.o")
+        with open(obj, "wb") as f:
+            f.write(object_code)
+        cmd = [cc, "-shared", "-o", os.path.abspath(path), obj, "-lgomp", "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"linking {path} failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
+
+
+# ---------------------------------------------------------------------------------------------
+# build / load_module
+# ---------------------------------------------------------------------------------------------
+
+def build(func: PrimFunc, target: str | None = "llvm", name: str | None = None) -> Kernel:
+    """Lower ``func`` (when it is not lowered yet), generate LLVM code for ``target`` and
+    compile it.  ``name`` is the kernel's symbol (default: ``func.name``)."""
+    if not isinstance(func, PrimFunc):
+        raise BuildError(f"build takes a PrimFunc, got {type(func).__name__}")
+    llvm_target, num_cores = parse_target("llvm" if target is None else target)
+    lowered = lower(func)
+    options = CodegenOptions(num_threads=num_cores, triple=llvm_target.triple)
+    module = codegen(lowered, name, options)
+    compiled = compile_module(module, llvm_target)
+    if not llvm_target.is_host:
+        meta = param_metadata(lowered, symbol_name(name or lowered.name), options)
+        return Kernel(meta, None, None, compiled=compiled, func=lowered)
+    # Read the metadata back from the compiled object, so that a built kernel and a reloaded
+    # one are described by the same bytes.
+    jit = compiled.jit()
+    meta = _parse_meta(jit.read_string(META_SYMBOL), "the built module")
+    return Kernel(meta, jit.function_address(meta["entry"]), jit, compiled=compiled,
+                  func=lowered)
+
+
+
+
+def load_module(path: str | os.PathLike) -> Kernel:
+    """Load a kernel exported with :meth:`Kernel.export_library` (``.o`` or ``.so``)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise BuildError(f"load_module: no such file {path!r}")
+    if path.endswith(".o"):
+        with open(path, "rb") as f:
+            object_code = f.read()
+        jit = JITModule(object_code)
+        meta = _parse_meta(jit.read_string(META_SYMBOL), path)
+        return Kernel(meta, jit.function_address(meta["entry"]), jit,
+                      object_code=object_code, origin=path)
+    if path.endswith(".so"):
+        try:
+            lib = ctypes.CDLL(os.path.abspath(path))
+        except OSError as err:
+            raise BuildError(f"load_module: cannot load {path}: {err}") from err
+        try:
+            meta_addr = ctypes.addressof(ctypes.c_char.in_dll(lib, META_SYMBOL))
+        except ValueError as err:
+            raise BuildError(f"load_module: {path} is not a kernel library (no "
+                             f"{META_SYMBOL} symbol)") from err
+        meta = _parse_meta(ctypes.string_at(meta_addr).decode(), path)
+        try:
+            fn = getattr(lib, meta["entry"])
+        except AttributeError as err:
+            raise BuildError(f"load_module: {path} lacks its entry {meta['entry']}") from err
+        address = ctypes.cast(fn, ctypes.c_void_p).value
+        return Kernel(meta, address, lib, origin=path)
+    raise BuildError(f"load_module({path!r}): expected a .o or .so file")
+
+
+def _parse_meta(text: str, path: str) -> dict:
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BuildError(f"load_module: the metadata in {path} is not valid JSON: {err}") from err
+    if not isinstance(meta, dict) or "entry" not in meta or "params" not in meta:
+        raise BuildError(f"load_module: the metadata in {path} lacks the entry or parameters")
+    return meta

@@ -1,0 +1,202 @@
+"""Compiling LLVM modules: verify, optimise (new pass manager, O3), emit objects, JIT (MCJIT).
+
+One compile produces one position-independent object file; the same bytes are what the JIT
+loads (into a fresh MCJIT engine), what ``export_library`` writes as ``.o`` and what ``cc
+-shared`` links into a ``.so``.  So a built kernel and a reloaded one run identical code.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from ..errors import BuildError
+
+_INIT_LOCK = threading.Lock()
+_RUNTIME_LOADED = False
+
+
+def _initialize() -> None:
+    """Register every LLVM target (cross compilation) and make the libraries the generated
+    code calls visible to the JIT's symbol resolution: libm (expf, erff, ...), libgomp
+    (GOMP_parallel, omp_get_thread_num) and libgcc_s (half-precision conversion helpers on
+    CPUs without F16C)."""
+    global _RUNTIME_LOADED
+    with _INIT_LOCK:
+        if _RUNTIME_LOADED:
+            return
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        for lib, required in (("m", True), ("gomp", True), ("gcc_s", False)):
+            path = ctypes.util.find_library(lib)
+            candidates = [p for p in (path, f"lib{lib}.so.1", f"lib{lib}.so.6") if p]
+            for candidate in candidates:
+                try:
+                    llvm.load_library_permanently(candidate)
+                    break
+                except RuntimeError:
+                    continue
+            else:
+                if required:
+                    raise BuildError(f"cannot load the runtime library lib{lib}, which "
+                                     f"generated kernels call; is it installed?")
+        _RUNTIME_LOADED = True
+
+
+@dataclass(frozen=True)
+class LLVMTarget:
+    """The machine code is generated for.  Empty fields mean: the host's.
+
+    ``mattr`` is LLVM's feature string ("+avx2,+fma"); for the host triple with no ``mcpu``
+    the host CPU and its features are used.
+    """
+
+    mtriple: str = ""
+    mcpu: str = ""
+    mattr: str = ""
+    opt_level: int = 3
+
+    @property
+    def triple(self) -> str:
+        return self.mtriple or llvm.get_process_triple()
+
+    @property
+    def is_host(self) -> bool:
+        """Whether code for this target can run in this process."""
+        return _same_arch(self.triple, llvm.get_process_triple())
+
+    def resolved(self) -> tuple[str, str, str]:
+        """(triple, cpu, features) with host defaults filled in."""
+        triple = self.triple
+        cpu, features = self.mcpu, self.mattr
+        if self.is_host and not cpu:
+            cpu = llvm.get_host_cpu_name()
+            if not features:
+                features = llvm.get_host_cpu_features().flatten()
+        return triple, cpu or "generic", features
+
+
+def _same_arch(a: str, b: str) -> bool:
+    return a.split("-")[0] == b.split("-")[0] and ("linux" in a) == ("linux" in b)
+
+
+def _create_target_machine(triple: str, cpu: str, features: str,
+                           opt_level: int) -> llvm.TargetMachine:
+    _initialize()
+    try:
+        target = llvm.Target.from_triple(triple)
+    except RuntimeError as err:
+        raise BuildError(f"LLVM has no target for triple {triple!r}: {err}") from err
+    # PIC + small code model: the object links into a shared library, and MCJIT's loader
+    # handles its GOT / PLT relocations.
+    return target.create_target_machine(cpu=cpu, features=features, opt=opt_level,
+                                        reloc="pic", codemodel="small")
+
+
+# Shared by compiles (creating one costs about a millisecond).  An MCJIT engine takes ownership
+# of its target machine, so every engine gets a fresh, uncached one.
+_target_machine = functools.lru_cache(maxsize=16)(_create_target_machine)
+
+
+def target_machine(target: LLVMTarget) -> llvm.TargetMachine:
+    return _target_machine(*target.resolved(), target.opt_level)
+
+
+class CompiledModule:
+    """An optimised module and its object code.
+
+    ``source_ir`` is the IR as generated, ``llvm_ir`` after optimisation, ``object_code`` the
+    relocatable object (bytes).  ``assembly()`` is produced on demand.
+    """
+
+    def __init__(self, source_ir: str, llvm_ir: str, object_code: bytes, target: LLVMTarget):
+        self.source_ir = source_ir
+        self.llvm_ir = llvm_ir
+        self.object_code = object_code
+        self.target = target
+        self._asm: str | None = None
+
+    def assembly(self) -> str:
+        if self._asm is None:
+            tm = target_machine(self.target)
+            self._asm = tm.emit_assembly(_parse(self.llvm_ir, "optimised module"))
+        return self._asm
+
+    def jit(self) -> "JITModule":
+        if not self.target.is_host:
+            raise BuildError(f"module compiled for {self.target.triple} cannot run on this "
+                             f"host ({llvm.get_process_triple()}); export it instead")
+        return JITModule(self.object_code, self.target)
+
+
+def _parse(text: str, what: str) -> llvm.ModuleRef:
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as err:
+        raise BuildError(f"LLVM rejected the {what}: {err}") from err
+    return mod
+
+
+def compile_module(module: ir.Module | str, target: LLVMTarget | None = None) -> CompiledModule:
+    """Verify, optimise and compile ``module`` (an llvmlite.ir Module or IR text)."""
+    target = target or LLVMTarget()
+    tm = target_machine(target)
+    source = str(module)
+    ref = _parse(source, f"generated module {getattr(module, 'name', '')!r}".strip())
+    ref.triple = target.triple
+    ref.data_layout = str(tm.target_data)
+    if target.opt_level > 0:
+        pto = llvm.create_pipeline_tuning_options(speed_level=min(target.opt_level, 3))
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(ref, pb)
+    try:
+        ref.verify()
+    except RuntimeError as err:
+        raise BuildError(f"the optimised module does not verify: {err}") from err
+    return CompiledModule(source, str(ref), tm.emit_object(ref), target)
+
+
+class JITModule:
+    """Object code loaded into its own MCJIT engine; symbols looked up by name."""
+
+    def __init__(self, object_code: bytes, target: LLVMTarget | None = None):
+        target = target or LLVMTarget()
+        tm = _create_target_machine(*target.resolved(), target.opt_level)
+        empty = llvm.parse_assembly("")
+        empty.triple = target.triple
+        empty.data_layout = str(tm.target_data)
+        self._engine = llvm.create_mcjit_compiler(empty, tm)
+        try:
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+            self._engine.finalize_object()
+        except RuntimeError as err:
+            raise BuildError(f"the JIT cannot load the object code: {err}") from err
+
+    def function_address(self, name: str) -> int:
+        addr = self._engine.get_function_address(name)
+        if not addr:
+            raise BuildError(f"symbol {name!r} is not defined in the compiled module")
+        return addr
+
+    def global_address(self, name: str) -> int:
+        addr = self._engine.get_global_value_address(name)
+        if not addr:
+            raise BuildError(f"global {name!r} is not defined in the compiled module")
+        return addr
+
+    def read_string(self, name: str) -> str:
+        """A NUL-terminated string constant of the module."""
+        return ctypes.string_at(self.global_address(name)).decode()
+
+
+def host_triple() -> str:
+    return llvm.get_process_triple()

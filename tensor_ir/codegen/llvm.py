@@ -1,0 +1,718 @@
+"""LLVM code generation: a lowered PrimFunc -> an llvmlite.ir Module (pure; nothing is compiled).
+
+The generated function has the ABI ``void NAME(T0* noalias, T1* noalias, ...)``: one pointer per
+parameter buffer, row-major and contiguous.  Index arithmetic is done in i64.  Compiling the
+module (verify, optimise, emit an object, JIT) lives in :mod:`tensor_ir.codegen.compile`.
+
+Loop kinds:
+  serial       a plain counted loop.
+  unrolled     fully unrolled here when the extent is constant (and the copy budget allows).
+  vectorized   the body is emitted once on LLVM vector values of ``lanes`` = the constant extent
+               (see :mod:`tensor_ir.codegen.vector`); a non-constant extent is a scalar loop.
+  parallel     outlined into a function launched by libgomp's ``GOMP_parallel``; each thread
+               runs one contiguous chunk (see :mod:`tensor_ir.codegen.parallel`).  Parallel
+               loops nested in a parallel region run serially.
+  thread_binding  a GPU concept: BuildError.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from .. import dtype as dt
+from ..buffer import Buffer
+from ..errors import BuildError
+from ..expr import (
+    And, BinOp, BufferLoad, Call, Cast, Cmp, FloatImm, IntImm, Not, Or, PrimExpr, Select, Var,
+    binary, cast,
+)
+from ..func import PrimFunc
+from ..stmt import (
+    PARALLEL, THREAD_BINDING, UNROLLED, VECTORIZED, Allocate, Block, BlockRealize, BufferStore,
+    Evaluate, For, IfThenElse, LetStmt, SeqStmt,
+)
+from ..visitor import walk
+from .parallel import ParallelMixin
+from .types import (
+    FAST_MATH, I8, I32, I64, PTR, VOID, all_ones, int_bits, int_constant, lanes_of, like,
+    memory_type, scalar_type, symbol_name, type_suffix, value_type, zero_of,
+)
+from .vector import VectorMixin
+
+# Name of the global constant holding the module's JSON metadata (entry name, parameters), so
+# that an object file or shared library alone is enough to call the kernel again.
+META_SYMBOL = "__tensor_ir_module_meta"
+META_VERSION = 1
+
+# Allocations up to this size live on the stack (entry-block alloca); larger ones on the heap.
+ALLOCA_MAX_BYTES = 64 * 1024
+# An unrolled loop is emitted as copies only while the copies stay within this many leaf
+# statements; beyond it the loop stays a loop (LLVM may still unroll it partially).
+MAX_UNROLL_STEPS = 4096
+# Widest vector emitted for one vectorized loop; longer loops run a serial loop over chunks.
+MAX_LANES = 64
+
+@dataclass(frozen=True)
+class CodegenOptions:
+    """What the IR generator needs to know about the target.
+
+    ``num_threads`` is passed to GOMP_parallel (0: the OpenMP default, all cores);
+    ``triple`` is written into the module (empty: left for the compile step to fill in).
+    """
+
+    num_threads: int = 0
+    triple: str = ""
+
+
+@dataclass
+class _Frame:
+    """Per-LLVM-function state: the outlined parallel bodies get frames of their own."""
+
+    fn: ir.Function
+    builder: ir.IRBuilder
+    entry: ir.Block
+    in_parallel: bool
+
+
+def param_metadata(func: PrimFunc, entry: str, options: CodegenOptions) -> dict:
+    """What a caller needs to call the kernel: entry name, and per parameter its name, shape,
+    dtype and whether the kernel writes it."""
+    written = set()
+    walk(func.body, lambda n: written.add(n.buffer) if isinstance(n, BufferStore) else None)
+    params = []
+    for buf in func.params:
+        params.append({"name": buf.name, "shape": list(_const_shape(buf, "parameter")),
+                       "dtype": buf.dtype, "written": buf in written})
+    return {"version": META_VERSION, "entry": entry, "num_threads": options.num_threads,
+            "triple": options.triple, "params": params}
+
+
+def _const_shape(buf: Buffer, what: str) -> tuple[int, ...]:
+    shape = []
+    for s in buf.shape:
+        if not isinstance(s, IntImm):
+            raise BuildError(f"{what} buffer {buf.name}: shape {s} is not a constant; "
+                             f"dynamic shapes are not supported by the LLVM backend")
+        shape.append(s.value)
+    return tuple(shape)
+
+
+def codegen(func: PrimFunc, name: str | None = None,
+            options: CodegenOptions | None = None) -> ir.Module:
+    """Generate an LLVM module holding ``func`` (lowered) as ``void NAME(ptr...)``.
+
+    ``name`` defaults to ``func.name``; the module also holds the metadata constant
+    :data:`META_SYMBOL`.  Raises BuildError for constructs the backend does not support.
+    """
+    if not func.attr("lowered"):
+        raise BuildError(f"function {func.name} is not lowered; call tensor_ir.lower.lower "
+                         f"first (or use autotune.build)")
+    return CodeGenLLVM(options or CodegenOptions()).emit(func, symbol_name(name or func.name))
+
+
+class CodeGenLLVM(VectorMixin, ParallelMixin):
+    """Emits one PrimFunc.  Expression values are llvmlite values, vectors inside vector mode.
+
+    Mode state: ``lanes`` is the vector width while emitting a vectorized loop body, ``lane``
+    is set while that body is emitted one lane at a time (then vector values of the loop are
+    read lane by lane and everything else is scalar), ``varying`` maps variables whose value
+    differs across lanes to their stride per lane (None when not affine).
+    """
+
+    def __init__(self, options: CodegenOptions):
+        self.options = options
+        self.module: ir.Module | None = None
+        self.frame: _Frame | None = None
+        self.vars: dict = {}
+        self.buffers: dict = {}
+        self.lanes: int | None = None
+        self.lane: int | None = None
+        self.varying: dict = {}
+        self.auto_unroll: int | None = None
+        self._nsw = False
+        self._decls: dict = {}
+        self._steps: dict = {}
+        self._n_outlined = 0
+        self.entry_name = ""
+
+    # ---------------------------------------------------------------------------------------
+    # Function and module
+    # ---------------------------------------------------------------------------------------
+    def emit(self, func: PrimFunc, entry: str) -> ir.Module:
+        if entry in RUNTIME_SYMBOLS:
+            raise BuildError(f"function name {entry!r} clashes with a runtime symbol that "
+                             f"generated code calls; choose another name")
+        self.module = ir.Module(name=entry)
+        if self.options.triple:
+            self.module.triple = self.options.triple
+        self.entry_name = entry
+        meta = param_metadata(func, entry, self.options)
+        seen = set()
+        for buf in func.params:
+            if buf in seen:
+                raise BuildError(f"function {func.name}: buffer {buf.name} appears twice among "
+                                 f"the parameters")
+            seen.add(buf)
+        fnty = ir.FunctionType(VOID, [PTR] * len(func.params))
+        fn = ir.Function(self.module, fnty, entry)
+        fn.attributes.add("nounwind")
+        for arg, buf in zip(fn.args, func.params):
+            arg.name = symbol_name(buf.name)
+            # The kernel's caller guarantees that the arrays do not overlap (autotune's Kernel
+            # checks it); noalias lets LLVM keep loads in registers across stores.
+            arg.add_attribute("noalias")
+            self.buffers[buf] = arg
+        self._begin_function(fn, in_parallel=False)
+        self.stmt(func.body)
+        self.builder.ret_void()
+        self._add_metadata(meta)
+        return self.module
+
+    def _begin_function(self, fn: ir.Function, in_parallel: bool) -> None:
+        entry = fn.append_basic_block("entry")
+        body = fn.append_basic_block("body")
+        # The entry block holds only allocas and a branch, so allocas can be added to it at
+        # any time (LLVM's mem2reg / SROA promote entry-block allocas only).
+        ir.IRBuilder(entry).branch(body)
+        self.frame = _Frame(fn, ir.IRBuilder(body), entry, in_parallel)
+
+    @property
+    def builder(self) -> ir.IRBuilder:
+        return self.frame.builder
+
+    def _add_metadata(self, meta: dict) -> None:
+        data = json.dumps(meta, separators=(",", ":")).encode() + b"\0"
+        ty = ir.ArrayType(I8, len(data))
+        gv = ir.GlobalVariable(self.module, ty, META_SYMBOL)
+        gv.global_constant = True
+        gv.initializer = ir.Constant(ty, bytearray(data))
+
+    def entry_alloca(self, ty: ir.Type, name: str = "") -> ir.Value:
+        b = ir.IRBuilder(self.frame.entry)
+        b.position_at_start(self.frame.entry)
+        slot = b.alloca(ty, name=name)
+        slot.align = 64
+        # llvmlite types an alloca as a typed pointer; the rest of the code generator works
+        # on opaque pointers (the only kind LLVM has; the printed IR is the same).
+        slot.type = PTR
+        return slot
+
+    def declare(self, name: str, ret: ir.Type, args: list, var_arg: bool = False):
+        fn = self._decls.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args, var_arg=var_arg), name)
+            self._decls[name] = fn
+        return fn
+
+    # ---------------------------------------------------------------------------------------
+    # Statements
+    # ---------------------------------------------------------------------------------------
+    def stmt(self, s) -> None:
+        if self.lanes is not None and self.lane is None:
+            self.vector_stmt(s)
+            return
+        if isinstance(s, SeqStmt):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, BufferStore):
+            self._store_scalar(s)
+        elif isinstance(s, For):
+            self._for(s)
+        elif isinstance(s, IfThenElse):
+            self._if(s, self.expr(s.condition))
+        elif isinstance(s, LetStmt):
+            with self.bind(s.var, self.expr(s.value)):
+                self.stmt(s.body)
+        elif isinstance(s, Allocate):
+            self._allocate(s)
+        elif isinstance(s, Evaluate):
+            self.expr(s.value)
+        elif isinstance(s, (Block, BlockRealize)):
+            raise BuildError("codegen: the function still holds blocks; lower it first")
+        else:
+            raise BuildError(f"codegen: unsupported statement {type(s).__name__}")
+
+    @contextmanager
+    def bind(self, var: Var, value: ir.Value):
+        if var in self.vars:
+            raise BuildError(f"codegen: variable {var.name} is defined twice")
+        self.vars[var] = value
+        try:
+            yield
+        finally:
+            del self.vars[var]
+
+    def _if(self, s: IfThenElse, cond: ir.Value) -> None:
+        b = self.builder
+        if s.else_case is None:
+            with b.if_then(cond):
+                self.stmt(s.then_case)
+        else:
+            with b.if_else(cond) as (then, otherwise):
+                with then:
+                    self.stmt(s.then_case)
+                with otherwise:
+                    self.stmt(s.else_case)
+
+    def _store_scalar(self, s: BufferStore) -> None:
+        value = self.expr(s.value)
+        ptr = self.element_ptr(s.buffer, self.flat_index(s.buffer, s.indices))
+        self.builder.store(self.to_memory(value, s.buffer.dtype), ptr,
+                           align=dt.nbytes(s.buffer.dtype))
+
+    # -- loops --------------------------------------------------------------------------------
+    def _for(self, s: For) -> None:
+        if s.kind == THREAD_BINDING:
+            raise BuildError(f"codegen: loop {s.loop_var.name} is bound to "
+                             f"{s.thread_binding or 'a thread axis'}; thread binding is a GPU "
+                             f"concept and has no meaning on the LLVM CPU target")
+        saved_unroll = self.auto_unroll
+        step = s.annotation("pragma_auto_unroll_max_step")
+        if step is not None:
+            self.auto_unroll = int(step)
+        try:
+            self._for_kind(s)
+        finally:
+            self.auto_unroll = saved_unroll
+
+    def _for_kind(self, s: For) -> None:
+        extent = s.extent.value if isinstance(s.extent, IntImm) else None
+        if extent is not None and extent <= 0:
+            return
+        if extent == 1:
+            with self.bind(s.loop_var, self.expr(cast(s.loop_var.dtype, s.min))):
+                self.stmt(s.body)
+            return
+        scalar_mode = self.lanes is None and self.lane is None
+        if extent is not None and self._should_unroll(s, extent):
+            self._unroll(s, extent)
+        elif s.kind == VECTORIZED and extent is not None and scalar_mode:
+            self.vector_loop(s, extent)
+        elif s.kind == PARALLEL and scalar_mode and not self.frame.in_parallel:
+            self._parallel(s)
+        else:
+            begin = self.index_value(s.min, s.loop_var.dtype)
+            end = self.index_value(binary("+", s.min, s.extent), s.loop_var.dtype)
+            self.emit_loop(s.loop_var, begin, end, lambda: self.stmt(s.body))
+
+    def _should_unroll(self, s: For, extent: int) -> bool:
+        if s.kind == UNROLLED:
+            return extent * self.steps(s.body) <= MAX_UNROLL_STEPS
+        if self.auto_unroll is not None and s.kind not in (PARALLEL, VECTORIZED):
+            return extent * self.steps(s.body) <= min(self.auto_unroll, MAX_UNROLL_STEPS)
+        return False
+
+    def steps(self, s) -> int:
+        """Leaf statements executed by ``s`` when every constant loop in it is unrolled
+        (a huge number when a loop has a non-constant extent)."""
+        key = id(s)
+        if key in self._steps:
+            return self._steps[key][1]
+        if isinstance(s, SeqStmt):
+            n = sum(self.steps(x) for x in s.stmts)
+        elif isinstance(s, For):
+            n = (s.extent.value * self.steps(s.body) if isinstance(s.extent, IntImm)
+                 else 1 << 40)
+        elif isinstance(s, IfThenElse):
+            n = self.steps(s.then_case) + (self.steps(s.else_case) if s.else_case else 0)
+        elif isinstance(s, (LetStmt, Allocate)):
+            n = self.steps(s.body)
+        else:
+            n = 1
+        self._steps[key] = (s, n)  # keep s alive so its id stays unique
+        return n
+
+    def _unroll(self, s: For, extent: int) -> None:
+        begin = self.index_value(s.min, s.loop_var.dtype)
+        ty = value_type(s.loop_var.dtype)
+        for k in range(extent):
+            if isinstance(begin, ir.Constant):
+                value = ir.Constant(ty, begin.constant + k)
+            else:
+                value = begin if k == 0 else self.builder.add(begin, ir.Constant(ty, k),
+                                                              flags=["nsw"])
+            with self.bind(s.loop_var, value):
+                self.stmt(s.body)
+
+    def emit_loop(self, var: Var, begin: ir.Value, end: ir.Value, body) -> None:
+        """A counted loop ``for var in [begin, end)`` whose body is emitted by ``body()``."""
+        b = self.builder
+        fn = self.frame.fn
+        pre = b.block
+        header = fn.append_basic_block(f"{var.name}.head")
+        loop = fn.append_basic_block(f"{var.name}.body")
+        done = fn.append_basic_block(f"{var.name}.done")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(begin.type, name=var.name)
+        iv.add_incoming(begin, pre)
+        b.cbranch(b.icmp_signed("<", iv, end), loop, done)
+        b.position_at_end(loop)
+        with self.bind(var, iv):
+            body()
+        nxt = b.add(iv, ir.Constant(begin.type, 1), flags=["nsw"])
+        iv.add_incoming(nxt, b.block)
+        b.branch(header)
+        b.position_at_end(done)
+
+    # -- allocation ---------------------------------------------------------------------------
+    def _allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        elem = memory_type(buf.dtype)
+        const = all(isinstance(x, IntImm) for x in buf.shape)
+        if const and buf.nbytes <= ALLOCA_MAX_BYTES:
+            ptr = self.entry_alloca(ir.ArrayType(elem, max(buf.size, 1)),
+                                    name=symbol_name(buf.name))
+            self._with_buffer(buf, ptr, s.body)
+            return
+        # Heap: 64-byte aligned, size rounded up to the alignment as aligned_alloc requires.
+        b = self.builder
+        n = ir.Constant(I64, 1)
+        for x in buf.shape:
+            n = b.mul(n, self.index_value(x, "int64"))
+        nbytes = b.mul(n, ir.Constant(I64, dt.nbytes(buf.dtype)))
+        nbytes = b.and_(b.add(nbytes, ir.Constant(I64, 64)), ir.Constant(I64, -64))
+        alloc = self.declare("aligned_alloc", PTR, [I64, I64])
+        ptr = b.call(alloc, [ir.Constant(I64, 64), nbytes], name=symbol_name(buf.name))
+        self._with_buffer(buf, ptr, s.body)
+        self.builder.call(self.declare("free", VOID, [PTR]), [ptr])
+
+    def _with_buffer(self, buf: Buffer, ptr: ir.Value, body) -> None:
+        if buf in self.buffers:
+            raise BuildError(f"codegen: buffer {buf.name} is allocated twice")
+        self.buffers[buf] = ptr
+        try:
+            self.stmt(body)
+        finally:
+            del self.buffers[buf]
+
+    # ---------------------------------------------------------------------------------------
+    # Addresses
+    # ---------------------------------------------------------------------------------------
+    def flat_index(self, buf: Buffer, indices: tuple) -> PrimExpr:
+        """Row-major element offset of ``buf[indices]`` as an int64 expression."""
+        if len(indices) != len(buf.shape):
+            raise BuildError(f"codegen: buffer {buf.name} of rank {len(buf.shape)} accessed "
+                             f"with {len(indices)} indices")
+        flat = IntImm(0)
+        for idx, ext in zip(indices, buf.shape):
+            flat = binary("+", binary("*", flat, cast("int64", ext)), cast("int64", idx))
+        return flat
+
+    def element_ptr(self, buf: Buffer, flat: PrimExpr) -> ir.Value:
+        base = self.buffers.get(buf)
+        if base is None:
+            raise BuildError(f"codegen: buffer {buf.name} is neither a parameter nor allocated "
+                             f"in scope")
+        return self.builder.gep(base, [self.index_value(flat, "int64")], inbounds=True,
+                                source_etype=memory_type(buf.dtype))
+
+    def index_value(self, e: PrimExpr, dtype: str) -> ir.Value:
+        """Evaluate an index expression; its arithmetic is marked as not overflowing."""
+        saved, self._nsw = self._nsw, True
+        try:
+            return self.expr(cast(dtype, e))
+        finally:
+            self._nsw = saved
+
+    def to_memory(self, value: ir.Value, dtype: str) -> ir.Value:
+        if dtype == "bool":
+            return self.builder.zext(value, like(value, I8))
+        return value
+
+    def from_memory(self, value: ir.Value, dtype: str) -> ir.Value:
+        if dtype == "bool":
+            return self.builder.icmp_unsigned("!=", value, zero_of(value.type))
+        return value
+
+    # ---------------------------------------------------------------------------------------
+    # Expressions
+    # ---------------------------------------------------------------------------------------
+    def expr(self, e: PrimExpr) -> ir.Value:
+        if isinstance(e, IntImm):
+            return int_constant(value_type(e.dtype), e.value)
+        if isinstance(e, FloatImm):
+            return ir.Constant(value_type(e.dtype), e.value)
+        if isinstance(e, Var):
+            return self.var_value(e)
+        if isinstance(e, BinOp):
+            a, b = self.match(self.expr(e.a), self.expr(e.b))
+            return self.arith(e.op, a, b, e.a.dtype)
+        if isinstance(e, Cmp):
+            a, b = self.match(self.expr(e.a), self.expr(e.b))
+            return self.compare(e.op, a, b, e.a.dtype)
+        if isinstance(e, (And, Or)):
+            a, b = self.match(self.expr(e.a), self.expr(e.b))
+            return self.builder.and_(a, b) if isinstance(e, And) else self.builder.or_(a, b)
+        if isinstance(e, Not):
+            a = self.expr(e.a)
+            return self.builder.xor(a, all_ones(a.type))
+        if isinstance(e, Select):
+            return self.select(e)
+        if isinstance(e, Cast):
+            return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
+        if isinstance(e, Call):
+            return self.intrinsic(e)
+        if isinstance(e, BufferLoad):
+            return self.load(e)
+        raise BuildError(f"codegen: unsupported expression {type(e).__name__}")
+
+    def var_value(self, v: Var) -> ir.Value:
+        value = self.vars.get(v)
+        if value is None:
+            raise BuildError(f"codegen: variable {v.name} is used but not defined")
+        if self.lane is not None and isinstance(value.type, ir.VectorType):
+            return self.builder.extract_element(value, ir.Constant(I32, self.lane))
+        return value
+
+    def load(self, e: BufferLoad) -> ir.Value:
+        if self.lanes is not None and self.lane is None:
+            return self.vector_load(e)
+        ptr = self.element_ptr(e.buffer, self.flat_index(e.buffer, e.indices))
+        value = self.builder.load(ptr, typ=memory_type(e.buffer.dtype),
+                                  align=dt.nbytes(e.buffer.dtype))
+        return self.from_memory(value, e.buffer.dtype)
+
+    def arith(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        bld = self.builder
+        if dt.is_float(dtype):
+            if op == "+":
+                return bld.fadd(a, b, flags=FAST_MATH)
+            if op == "-":
+                return bld.fsub(a, b, flags=FAST_MATH)
+            if op == "*":
+                return bld.fmul(a, b, flags=FAST_MATH)
+            if op == "/":
+                return bld.fdiv(a, b)
+            if op == "//":
+                return self.call_intrinsic("llvm.floor", [bld.fdiv(a, b)])
+            if op == "%":
+                # Python / numpy floor modulo: the result takes the divisor's sign.
+                q = self.call_intrinsic("llvm.floor", [bld.fdiv(a, b)])
+                return bld.fsub(a, bld.fmul(q, b))
+            if op in ("min", "max"):
+                return bld.select(bld.fcmp_ordered("<" if op == "min" else ">", a, b), a, b)
+        elif dtype == "bool":
+            if op == "min":
+                return bld.and_(a, b)
+            if op == "max":
+                return bld.or_(a, b)
+        else:
+            unsigned = dt.is_unsigned(dtype)
+            flags = ["nsw"] if self._nsw and not unsigned else []
+            if op == "+":
+                return bld.add(a, b, flags=flags)
+            if op == "-":
+                return bld.sub(a, b, flags=flags)
+            if op == "*":
+                return bld.mul(a, b, flags=flags)
+            if op == "//":
+                return bld.udiv(a, b) if unsigned else self._floordiv(a, b)
+            if op == "%":
+                return bld.urem(a, b) if unsigned else self._floormod(a, b)
+            if op in ("min", "max"):
+                cmp = bld.icmp_unsigned if unsigned else bld.icmp_signed
+                return bld.select(cmp("<" if op == "min" else ">", a, b), a, b)
+        raise BuildError(f"codegen: operator {op!r} is not supported on {dtype}")
+
+    def _floor_adjust(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(remainder, needs adjust): C truncating division rounds toward zero; floor
+        division differs exactly when the remainder is nonzero and its sign differs from
+        the divisor's."""
+        bld = self.builder
+        rem = bld.srem(a, b)
+        zero = zero_of(a.type)
+        nonzero = bld.icmp_signed("!=", rem, zero)
+        signs = bld.xor(bld.icmp_signed("<", rem, zero), bld.icmp_signed("<", b, zero))
+        return rem, bld.and_(nonzero, signs)
+
+    def _floordiv(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        bld = self.builder
+        q = bld.sdiv(a, b)
+        _, adjust = self._floor_adjust(a, b)
+        return bld.sub(q, bld.zext(adjust, a.type))
+
+    def _floormod(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        bld = self.builder
+        rem, adjust = self._floor_adjust(a, b)
+        return bld.select(adjust, bld.add(rem, b), rem)
+
+    def compare(self, op: str, a: ir.Value, b: ir.Value, dtype: str) -> ir.Value:
+        if dt.is_float(dtype):
+            # != is true when either side is NaN (unordered), the others are false then.
+            if op == "!=":
+                return self.builder.fcmp_unordered(op, a, b)
+            return self.builder.fcmp_ordered(op, a, b)
+        if dt.is_unsigned(dtype):
+            return self.builder.icmp_unsigned(op, a, b)
+        return self.builder.icmp_signed(op, a, b)
+
+    def select(self, e: Select) -> ir.Value:
+        cond = self.expr(e.condition)
+        lazy = has_load(e.true_value) or has_load(e.false_value)
+        if isinstance(cond.type, ir.VectorType):
+            return self.vector_select(e, cond, lazy)
+        if not lazy:
+            t, f = self.match(self.expr(e.true_value), self.expr(e.false_value))
+            return self.builder.select(cond, t, f)
+        # Lazy: a branch may load out of bounds when not chosen, so only the chosen one runs.
+        bld = self.builder
+        fn = self.frame.fn
+        then_bb = fn.append_basic_block("sel.then")
+        else_bb = fn.append_basic_block("sel.else")
+        merge = fn.append_basic_block("sel.merge")
+        bld.cbranch(cond, then_bb, else_bb)
+        bld.position_at_end(then_bb)
+        t = self.expr(e.true_value)
+        t_end = bld.block
+        bld.position_at_end(else_bb)
+        f = self.expr(e.false_value)
+        f_end = bld.block
+        lanes = lanes_of(t) or lanes_of(f)
+        if lanes:
+            # One side is a vector, the other uniform: broadcast it in its own block.
+            bld.position_at_end(t_end)
+            t = self.broadcast(t, lanes)
+            bld.position_at_end(f_end)
+            f = self.broadcast(f, lanes)
+        bld.position_at_end(t_end)
+        bld.branch(merge)
+        bld.position_at_end(f_end)
+        bld.branch(merge)
+        bld.position_at_end(merge)
+        phi = bld.phi(t.type)
+        phi.add_incoming(t, t_end)
+        phi.add_incoming(f, f_end)
+        return phi
+
+    def cast(self, v: ir.Value, src: str, dst: str) -> ir.Value:
+        """C conversions: float -> int truncates toward zero, x -> bool is x != 0."""
+        bld = self.builder
+        if src == dst:
+            return v
+        to = like(v, value_type(dst))
+        if dst == "bool":
+            if dt.is_float(src):
+                return bld.fcmp_unordered("!=", v, zero_of(v.type))
+            return bld.icmp_unsigned("!=", v, zero_of(v.type))
+        if dt.is_float(dst):
+            if dt.is_float(src):
+                grow = dt.bits(dst) > dt.bits(src)
+                return bld.fpext(v, to) if grow else bld.fptrunc(v, to)
+            return bld.uitofp(v, to) if dt.is_unsigned(src) else bld.sitofp(v, to)
+        if dt.is_float(src):
+            if dt.bits(dst) < 64:
+                # Through i64 and then truncate: out-of-range values wrap as numpy's casts do
+                # instead of becoming poison.
+                wide = bld.fptosi(v, like(v, I64))
+                return bld.trunc(wide, to)
+            return bld.fptosi(v, to)
+        src_bits, dst_bits = int_bits(v), dt.bits(dst)
+        if dst_bits == src_bits:
+            return v
+        if dst_bits < src_bits:
+            return bld.trunc(v, to)
+        return bld.zext(v, to) if dt.is_unsigned(src) else bld.sext(v, to)
+
+    # -- intrinsics ---------------------------------------------------------------------------
+    def intrinsic(self, e: Call) -> ir.Value:
+        args = [self.expr(a) for a in e.args]
+        if len(args) == 2:
+            args = list(self.match(*args))
+        dtype = e.dtype
+        if not dt.is_float(dtype):
+            raise BuildError(f"codegen: intrinsic {e.name} on {dtype} is not supported")
+        if dtype == "float16":
+            # No libm half functions: compute in float32 and round once at the end.
+            wide = [self.builder.fpext(a, like(a, ir.FloatType())) for a in args]
+            out = self._float_intrinsic(e.name, wide)
+            return self.builder.fptrunc(out, like(out, ir.HalfType()))
+        return self._float_intrinsic(e.name, args)
+
+    def _float_intrinsic(self, name: str, args: list) -> ir.Value:
+        bld = self.builder
+        x = args[0]
+        one = ir.Constant(scalar_type(x.type), 1.0)
+        one = self.broadcast(one, lanes_of(x)) if lanes_of(x) else one
+        if name in LLVM_INTRINSICS:
+            return self.call_intrinsic(LLVM_INTRINSICS[name], args)
+        if name == "rsqrt":
+            return bld.fdiv(one, self.call_intrinsic("llvm.sqrt", [x]))
+        if name == "sigmoid":
+            neg = bld.fneg(x)
+            return bld.fdiv(one, bld.fadd(one, self.call_intrinsic("llvm.exp", [neg])))
+        if name in LIBM_FUNCTIONS:
+            return self.call_libm(LIBM_FUNCTIONS[name], args)
+        raise BuildError(f"codegen: unknown intrinsic {name!r}")
+
+    def call_intrinsic(self, base: str, args: list) -> ir.Value:
+        ty = args[0].type
+        fn = self.declare(f"{base}.{type_suffix(ty)}", ty, [a.type for a in args])
+        return self.builder.call(fn, args)
+
+    def call_libm(self, names: tuple, args: list) -> ir.Value:
+        """Call the C library function (``erff`` / ``erf``), lane by lane for vectors."""
+        lanes = lanes_of(args[0])
+        scalar = scalar_type(args[0].type)
+        fname = names[0] if isinstance(scalar, ir.FloatType) else names[1]
+        fn = self.declare(fname, scalar, [scalar] * len(args))
+        if not lanes:
+            return self.builder.call(fn, args)
+        out = ir.Constant(args[0].type, ir.Undefined)
+        for k in range(lanes):
+            idx = ir.Constant(I32, k)
+            lane_args = [self.builder.extract_element(a, idx) for a in args]
+            out = self.builder.insert_element(out, self.builder.call(fn, lane_args), idx)
+        return out
+
+    # -- vector helpers shared with scalar code -----------------------------------------------
+    def match(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Broadcast a uniform operand to the other's vector width."""
+        la, lb = lanes_of(a), lanes_of(b)
+        if la == lb:
+            return a, b
+        return (self.broadcast(a, lb), b) if lb else (a, self.broadcast(b, la))
+
+    def broadcast(self, v: ir.Value, lanes: int) -> ir.Value:
+        if isinstance(v.type, ir.VectorType):
+            return v
+        vec_ty = ir.VectorType(v.type, lanes)
+        if isinstance(v, ir.Constant):
+            return ir.Constant(vec_ty, [v] * lanes)
+        bld = self.builder
+        one = bld.insert_element(ir.Constant(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
+        mask = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+        return bld.shuffle_vector(one, ir.Constant(vec_ty, ir.Undefined), mask)
+
+
+# Intrinsics LLVM knows (lowered to instructions or libm calls by the backend).
+LLVM_INTRINSICS = {
+    "exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "abs": "llvm.fabs",
+    "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven", "pow": "llvm.pow",
+    "exp2": "llvm.exp2", "log2": "llvm.log2", "sin": "llvm.sin", "cos": "llvm.cos",
+    "tanh": "llvm.tanh",
+}
+# round is half-to-even, as numpy.round.  erf has no LLVM intrinsic: libm (float, double).
+LIBM_FUNCTIONS = {"erf": ("erff", "erf")}
+# Symbols generated code may call (or define): a kernel cannot take one of these names.
+RUNTIME_SYMBOLS = frozenset({"GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads",
+                             "aligned_alloc", "free", "erff", "erf", META_SYMBOL})
+
+
+def has_load(e) -> bool:
+    found = False
+
+    def visit(n):
+        nonlocal found
+        if found:
+            return False
+        if isinstance(n, BufferLoad):
+            found = True
+            return False
+        return None
+
+    walk(e, visit)
+    return found
