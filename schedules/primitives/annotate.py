@@ -1,0 +1,168 @@
+"""Loop kinds and annotations as pure rewrites: parallel, vectorize, unroll, bind, annotate,
+unannotate.
+
+Changing a loop's kind never changes which iterations run, only how; the legality checks make
+sure running iterations concurrently cannot change the result.
+"""
+from __future__ import annotations
+
+import math
+
+from tensor_ir.expr import IntImm, Var
+from tensor_ir.func import PrimFunc
+from tensor_ir.stmt import (
+    PARALLEL, SERIAL, THREAD_AXES, THREAD_BINDING, UNROLLED, VECTORIZED, Block, For,
+)
+from tensor_ir.visitor import collect
+
+from ..dependence import carried_dependence, reduce_feeder
+from ..errors import ScheduleError, check
+from ..tree import find_block, find_loop, replace
+
+
+def _with_kind(func: PrimFunc, loop: For, kind: str, thread: str | None = None) -> PrimFunc:
+    new = For(loop.loop_var, loop.min, loop.extent, kind, loop.body, thread, loop.annotations)
+    return replace(func, loop, new)
+
+
+def _check_concurrent(func: PrimFunc, loop: For, what: str) -> None:
+    """Iterations of ``loop`` may run at the same time: no reduction over it, no dependence
+    carried between its iterations."""
+    name = loop.loop_var.name
+    check(loop.kind == SERIAL and loop.thread_binding is None,
+          f"{what}: loop {name} is already {loop.kind}"
+          + (f" (bound to {loop.thread_binding})" if loop.thread_binding else ""))
+    feeder = reduce_feeder(loop)
+    if feeder is not None:
+        raise ScheduleError(f"{what}: loop {name} feeds reduce iteration variable {feeder[1]} "
+                            f"of block {feeder[0]}; its iterations accumulate into one element")
+    outer = find_loop(func, loop.loop_var).loops
+    dep = carried_dependence(func.body, loop, outer=outer)
+    if dep is not None:
+        writer, reader, buf = dep
+        raise ScheduleError(
+            f"{what}: loop {name} may carry a dependence: block {reader} can access, at one "
+            f"iteration, elements of buffer {buf} that block {writer} writes at another")
+
+
+def parallel(func: PrimFunc, loop_var: Var) -> PrimFunc:
+    """Run the loop's iterations on several CPU threads.
+
+    Preconditions: a serial loop; its variable feeds no reduce iteration variable of a block
+    under it; no block under it accesses at one iteration what a block writes at another.
+
+        for i in range(n): ...   ->   for i in parallel(n): ...
+    """
+    loop = find_loop(func, loop_var).node
+    _check_concurrent(func, loop, "parallel")
+    return _with_kind(func, loop, PARALLEL)
+
+
+def vectorize(func: PrimFunc, loop_var: Var) -> PrimFunc:
+    """Run the loop as SIMD lanes.  Preconditions: those of :func:`parallel` and a constant
+    extent.
+
+        for j in range(8): ...   ->   for j in vectorized(8): ...
+    """
+    loop = find_loop(func, loop_var).node
+    check(isinstance(loop.extent, IntImm),
+          f"vectorize: loop {loop_var.name} has a non-constant extent {loop.extent}")
+    _check_concurrent(func, loop, "vectorize")
+    return _with_kind(func, loop, VECTORIZED)
+
+
+def unroll(func: PrimFunc, loop_var: Var) -> PrimFunc:
+    """Unroll the loop.  Always legal for a serial loop (the iteration order is kept).
+
+        for k in range(4): ...   ->   for k in unroll(4): ...
+    """
+    loop = find_loop(func, loop_var).node
+    check(loop.kind in (SERIAL, UNROLLED) and loop.thread_binding is None,
+          f"unroll: loop {loop_var.name} is {loop.kind}; only a serial loop can be unrolled")
+    return _with_kind(func, loop, UNROLLED)
+
+
+def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
+    """Bind the loop to a GPU thread axis (blockIdx.x/y/z, threadIdx.x/y/z, vthread).
+
+    Preconditions: those of :func:`parallel` (except for vthread, whose "threads" run one
+    after another in one real thread), a known axis, and every other loop bound to the same
+    axis having the same extent.
+
+        for i in range(64): ...   ->   for i in thread_binding(64, "threadIdx.x"): ...
+    """
+    check(thread_axis in THREAD_AXES,
+          f"bind: unknown thread axis {thread_axis!r}; expected one of {', '.join(THREAD_AXES)}")
+    loop = find_loop(func, loop_var).node
+    name = loop_var.name
+    if thread_axis == "vthread":
+        check(loop.kind == SERIAL and loop.thread_binding is None,
+              f"bind: loop {name} is already {loop.kind}")
+    else:
+        _check_concurrent(func, loop, f"bind({thread_axis})")
+    for other in collect(func.body, For):
+        if other.thread_binding == thread_axis and other is not loop:
+            check(other.extent == loop.extent,
+                  f"bind: loop {name} has extent {loop.extent} but loop {other.loop_var.name} "
+                  f"is already bound to {thread_axis} with extent {other.extent}")
+    return _with_kind(func, loop, THREAD_BINDING, thread_axis)
+
+
+def _json_value(value, where: str):
+    """Annotation values are JSON-like; lists become tuples so IR nodes stay hashable."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ScheduleError(f"{where}: annotation value {value!r} is not finite")
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_json_value(v, where) for v in value)
+    raise ScheduleError(f"{where}: annotation value {value!r} of type {type(value).__name__} "
+                        f"is not JSON-like (int, float, str, bool, None or lists of them)")
+
+
+def _set_annotation(annotations: tuple, key: str, value) -> tuple:
+    return tuple((k, v) for k, v in annotations if k != key) + ((key, value),)
+
+
+def annotate(func: PrimFunc, target, key: str, value) -> PrimFunc:
+    """Attach ``key = value`` to a loop (``target`` a loop Var) or a block (a block name),
+    replacing an earlier value of the same key.
+
+        for k in range(64): ...  --annotate(k, "pragma_auto_unroll_max_step", 16)-->
+        for k in range(64) [pragma_auto_unroll_max_step=16]: ...
+    """
+    check(isinstance(key, str) and key != "", f"annotate: key must be a non-empty str, got {key!r}")
+    if isinstance(target, Var):
+        loop = find_loop(func, target).node
+        value = _json_value(value, f"annotate loop {target.name}")
+        new = For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
+                  loop.thread_binding, _set_annotation(loop.annotations, key, value))
+        return replace(func, loop, new)
+    realize = find_block(func, target).node
+    value = _json_value(value, f"annotate block {target}")
+    block: Block = realize.block
+    new_block = Block(block.name, block.iter_vars, block.reads, block.writes, block.body,
+                      block.init, block.alloc_buffers,
+                      _set_annotation(block.annotations, key, value))
+    return replace(func, block, new_block)
+
+
+def unannotate(func: PrimFunc, target, key: str) -> PrimFunc:
+    """Remove annotation ``key`` from a loop (a loop Var) or a block (a block name).
+    Precondition: the annotation is there."""
+    if isinstance(target, Var):
+        loop = find_loop(func, target).node
+        check(any(k == key for k, _ in loop.annotations),
+              f"unannotate: loop {target.name} has no annotation {key!r}")
+        new = For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
+                  loop.thread_binding, tuple((k, v) for k, v in loop.annotations if k != key))
+        return replace(func, loop, new)
+    block = find_block(func, target).node.block
+    check(any(k == key for k, _ in block.annotations),
+          f"unannotate: block {target} has no annotation {key!r}")
+    new_block = Block(block.name, block.iter_vars, block.reads, block.writes, block.body,
+                      block.init, block.alloc_buffers,
+                      tuple((k, v) for k, v in block.annotations if k != key))
+    return replace(func, block, new_block)

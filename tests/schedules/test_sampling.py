@@ -1,0 +1,127 @@
+"""Sampling instructions: valid draws, recorded decisions, seeding, replay, and errors."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from schedules import INLINE, ROOT, Schedule, ScheduleError, Trace
+from schedules import sampling
+from tensor_ir.func import structural_equal
+
+from .test_loops import assert_roundtrip, assert_unchanged
+from .workloads import check_interp, conv2d, elementwise_chain, matmul, matmul_relu
+
+
+@pytest.mark.parametrize("extent,n,bound", [(12, 2, 4), (64, 4, 16), (7, 3, 16), (1, 3, 1),
+                                            (360, 3, -1)])
+def test_perfect_tile_draws(extent, n, bound):
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(50):
+        f = sampling.sample_perfect_tile(rng, extent, n, bound)
+        assert len(f) == n and math.prod(f) == extent and all(x >= 1 for x in f)
+        assert bound == -1 or f[-1] <= bound
+        seen.add(tuple(f))
+    assert len(seen) > 1 or extent in (1, 7) and n <= 3 and len(seen) >= 1
+
+
+def test_perfect_tile_on_schedule_records_decision():
+    func, ref = matmul(8, 12, 6)
+    sch = Schedule(func, seed=5)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    tiles = sch.sample_perfect_tile(j, n=3, max_innermost_factor=4)
+    assert math.prod(tiles) == 12 and tiles[-1] <= 4
+    inst = sch.trace[-1]
+    assert inst.kind == "sample_perfect_tile" and list(inst.decision) == list(tiles)
+    assert inst.attrs == {"n": 3, "max_innermost_factor": 4}
+    sch.split(j, tiles)
+    check_interp(sch.func, ref)
+    same = Schedule(func, seed=5)
+    i2, j2, _ = same.get_loops(same.get_block("C"))
+    assert list(same.sample_perfect_tile(j2, n=3, max_innermost_factor=4)) == list(tiles)
+    fixed = sch.sample_perfect_tile(i, n=2, decision=[2, 4])
+    assert list(fixed) == [2, 4]
+
+
+def test_perfect_tile_errors():
+    func, _ = matmul()
+    sch = Schedule(func)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    assert_unchanged(sch, lambda: sch.sample_perfect_tile(i, n=2, decision=[3, 3]))
+    assert_unchanged(sch, lambda: sch.sample_perfect_tile(i, n=2, decision=[8]))
+    assert_unchanged(sch, lambda: sch.sample_perfect_tile(i, n=0))
+    assert_unchanged(sch, lambda: sch.sample_perfect_tile(i, n=2, max_innermost_factor=0))
+    state = sch.rng.getstate()
+    assert_unchanged(sch, lambda: sch.sample_perfect_tile(i, n=2, decision=[1, 8],
+                                                          max_innermost_factor=4))
+    assert sch.rng.getstate() == state
+
+
+def test_categorical():
+    sch = Schedule(matmul()[0], seed=1)
+    draws = [int(sch.sample_categorical([1, 2, 3], [0.0, 1.0, 0.0])) for _ in range(10)]
+    assert draws == [2] * 10
+    assert [inst.decision for inst in sch.trace] == [1] * 10
+    counts = {c: 0 for c in (10, 20)}
+    for _ in range(400):
+        counts[int(sch.sample_categorical([10, 20], [0.25, 0.75]))] += 1
+    assert 220 < counts[20] < 380
+    assert int(sch.sample_categorical([10, 20], [1, 1], decision=0)) == 10
+    for bad in (lambda: sch.sample_categorical([], []),
+                lambda: sch.sample_categorical([1, 2], [1.0]),
+                lambda: sch.sample_categorical([1, 2], [-1.0, 2.0]),
+                lambda: sch.sample_categorical([1, 2], [0.0, 0.0]),
+                lambda: sch.sample_categorical([1, 2], [1, 1], decision=2)):
+        assert_unchanged(sch, bad)
+
+
+def test_compute_location_candidates_and_replay():
+    func, ref = matmul_relu()
+    sch = Schedule(func, seed=0)
+    loops, can_inline = sampling.compute_location_candidates(sch.func, "C")
+    assert [v.name for v in loops] == ["i", "j"] and can_inline is False
+    seen = set()
+    for seed in range(20):
+        s = Schedule(func, seed=seed)
+        cb = s.get_block("C")
+        loc = s.sample_compute_location(cb)
+        target = s.get(loc)
+        seen.add(target if isinstance(target, str) else target.loop_var.name)
+        s.compute_at(cb, loc)
+        check_interp(s.func, ref)
+        assert_roundtrip(s, func)
+    assert seen == {ROOT, "i", "j"}
+
+
+def test_compute_location_inline():
+    func, ref = elementwise_chain()
+    sch = Schedule(func)
+    b = sch.get_block("scale")
+    loc = sch.sample_compute_location(b, decision=-2)
+    assert sch.get(loc) == INLINE
+    with pytest.raises(ScheduleError, match="not a loop"):
+        sch.split(loc, [None, 2])
+    sch.compute_at(b, loc)
+    assert "scale" not in [sch.get(x).name for x in sch.get_child_blocks(sch.get_block("root"))]
+    check_interp(sch.func, ref)
+    assert_roundtrip(sch, func)
+    bad = sch.trace.with_decision(1, 7)
+    with pytest.raises(ScheduleError, match="decision 7"):
+        bad.apply(func)
+
+
+def test_conv_compute_location_and_sketch_resampling():
+    func, ref = conv2d()
+    sch = Schedule(func, seed=2)
+    pad = sch.get_block("pad")
+    loc = sch.sample_compute_location(pad)
+    sch.compute_at(pad, loc)
+    check_interp(sch.func, ref)
+    sketch = Trace(sch.trace).without_decisions()
+    for seed in range(6):
+        again = sketch.apply(func, seed=seed)
+        check_interp(again.func, ref)
+        replay = again.trace.apply(func)
+        assert structural_equal(replay.func, again.func)
