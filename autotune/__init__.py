@@ -1,6 +1,10 @@
 """autotune: the public API of the schedule-search autotuner (build, load_module, ...)."""
 from __future__ import annotations
 
-from .build import Kernel, ParamSpec, TargetError, build, load_module, parse_target
+from tensor_ir.target import Target, TargetError
 
-__all__ = ["build", "load_module", "Kernel", "ParamSpec", "TargetError", "parse_target"]
+from .build import Kernel, ParamSpec, build, load_module, parse_target
+
+__all__ = [
+    "build", "load_module", "Kernel", "ParamSpec", "Target", "TargetError", "parse_target",
+]

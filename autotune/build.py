@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+import llvmlite.binding as llvm
 import numpy as np
 
 from tensor_ir.codegen import CodegenOptions, LLVMTarget, codegen, compile_module
@@ -27,67 +28,29 @@ from tensor_ir.codegen.llvm import META_SYMBOL, META_VERSION, param_metadata, sy
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
 from tensor_ir.lower import lower
-
-
-class TargetError(ValueError):
-    """A target string names an unknown target kind or option, or an option is malformed."""
+from tensor_ir.target import Target, TargetError
 
 
 # ---------------------------------------------------------------------------------------------
-# Target strings
+# Targets
 # ---------------------------------------------------------------------------------------------
 
-_TARGET_KINDS = ("llvm",)
-_TARGET_OPTIONS = ("mcpu", "mattr", "mtriple", "num-cores")
+def parse_target(target: str | Target | None) -> tuple[LLVMTarget, int]:
+    """The LLVM machine and the thread count for parallel loops that ``target`` asks for.
 
-
-def parse_target(target: str) -> tuple[LLVMTarget, int]:
-    """Parse ``"llvm [-mcpu=X] [-mattr=+a,+b] [-mtriple=T] [-num-cores N]"``.
-
-    Options take their value after ``=`` or as the next word.  Returns the LLVM target and
-    the number of threads for parallel loops (0: the OpenMP default).
+    ``target`` is a :class:`tensor_ir.target.Target` or its string (``"llvm -mcpu=znver4
+    -num-cores 2"``); errors are ``TargetError`` naming the bad kind or option.  Only CPU
+    (``llvm``) targets are built here.
     """
-    if not isinstance(target, str):
-        raise TargetError(f"target must be a string such as 'llvm', got {type(target).__name__}")
-    words = target.split()
-    if not words:
-        raise TargetError("empty target string; expected a target kind such as 'llvm'")
-    kind = words[0]
-    if kind not in _TARGET_KINDS:
-        raise TargetError(f"unknown target kind {kind!r} in {target!r}; known kinds: "
-                          f"{', '.join(_TARGET_KINDS)}")
-    values: dict[str, str] = {}
-    i = 1
-    while i < len(words):
-        word = words[i]
-        if not word.startswith("-"):
-            raise TargetError(f"target {target!r}: expected an option starting with '-', "
-                              f"got {word!r}")
-        key, eq, value = word.lstrip("-").partition("=")
-        if key not in _TARGET_OPTIONS:
-            raise TargetError(f"target {target!r}: unknown option -{key}; known options: "
-                              f"{', '.join('-' + o for o in _TARGET_OPTIONS)}")
-        if not eq:
-            if i + 1 >= len(words) or words[i + 1].startswith("-"):
-                raise TargetError(f"target {target!r}: option -{key} needs a value")
-            value = words[i + 1]
-            i += 1
-        if key in values:
-            raise TargetError(f"target {target!r}: option -{key} is given twice")
-        values[key] = value
-        i += 1
-    num_cores = 0
-    if "num-cores" in values:
-        try:
-            num_cores = int(values["num-cores"])
-        except ValueError:
-            num_cores = -1
-        if num_cores < 1:
-            raise TargetError(f"target {target!r}: -num-cores must be a positive integer, got "
-                              f"{values['num-cores']!r}")
-    llvm_target = LLVMTarget(mtriple=values.get("mtriple", ""), mcpu=values.get("mcpu", ""),
-                             mattr=values.get("mattr", ""))
-    return llvm_target, num_cores
+    t = Target("llvm" if target is None else target)
+    if t.kind != "llvm":
+        raise TargetError(f"autotune.build compiles CPU targets through LLVM; {str(t)!r} is a "
+                          f"{t.kind} target")
+    if t.is_host and t.cpu == llvm.get_host_cpu_name() and not t.mattr:
+        # The host itself: let codegen use the host's exact feature set, which can be richer
+        # than what the CPU name implies (e.g. a VM that hides or adds features).
+        return LLVMTarget(), t.num_cores
+    return LLVMTarget(mtriple=t.triple, mcpu=t.cpu, mattr=",".join(t.mattr)), t.num_cores
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,12 +205,12 @@ def link_shared(object_code: bytes, path: str) -> None:
 # build / load_module
 # ---------------------------------------------------------------------------------------------
 
-def build(func: PrimFunc, target: str | None = "llvm", name: str | None = None) -> Kernel:
+def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None = None) -> Kernel:
     """Lower ``func`` (when it is not lowered yet), generate LLVM code for ``target`` and
     compile it.  ``name`` is the kernel's symbol (default: ``func.name``)."""
     if not isinstance(func, PrimFunc):
         raise BuildError(f"build takes a PrimFunc, got {type(func).__name__}")
-    llvm_target, num_cores = parse_target("llvm" if target is None else target)
+    llvm_target, num_cores = parse_target(target)
     lowered = lower(func)
     options = CodegenOptions(num_threads=num_cores, triple=llvm_target.triple)
     module = codegen(lowered, name, options)

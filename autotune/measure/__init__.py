@@ -1,0 +1,38 @@
+"""Measurement: build candidates in worker processes and time them in an isolated runner.
+
+    from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
+    with LocalBuilder() as builder, LocalRunner(MeasureConfig(repeat=5)) as runner:
+        inputs = [MeasureInput(candidate, "llvm", key, reference=func) for candidate in batch]
+        results = runner.run(inputs, builder.build(inputs))
+
+See :mod:`autotune.measure.base` for the interface a CUDA or distributed runner implements.
+"""
+from __future__ import annotations
+
+from .base import (
+    CHECK_MODES,
+    ERROR_KINDS,
+    Builder,
+    BuildResult,
+    MeasureConfig,
+    MeasureInput,
+    MeasureResult,
+    Runner,
+    measure,
+)
+from .builder import LocalBuilder
+from .runner import LocalRunner
+
+__all__ = [
+    "CHECK_MODES",
+    "ERROR_KINDS",
+    "BuildResult",
+    "Builder",
+    "LocalBuilder",
+    "LocalRunner",
+    "MeasureConfig",
+    "MeasureInput",
+    "MeasureResult",
+    "Runner",
+    "measure",
+]

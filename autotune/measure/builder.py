@@ -1,0 +1,144 @@
+"""LocalBuilder: compiles batches of candidates in a pool of persistent worker processes.
+
+Each worker lowers a candidate, generates LLVM code and compiles it to an object file in the
+builder's work directory (``autotune.build`` + ``export_library``).  Workers run one candidate
+at a time under a per-candidate deadline: a build that hangs (LLVM on a pathological unrolled
+loop) is killed with its worker, and one that crashes the compiler costs only its worker; both
+come back as a BuildResult error while the rest of the batch carries on.  Workers persist
+across batches, so LLVM and the IR modules are imported once per worker, not per candidate.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+
+from tensor_ir.target import Target
+
+from .base import Builder, BuildResult, MeasureInput
+from .worker import WorkerProcess, wait_any
+
+__all__ = ["LocalBuilder"]
+
+
+class LocalBuilder(Builder):
+    """Builds candidates in ``max_workers`` processes (default: the cores this process may
+    use), each candidate within ``timeout`` seconds.  Artifacts are object files under
+    ``work_dir`` (default: a temporary directory removed by ``close``)."""
+
+    def __init__(self, max_workers: int | None = None, timeout: float = 30.0,
+                 work_dir: str | None = None):
+        if max_workers is None:
+            max_workers = Target.current_host().num_cores
+        if not (isinstance(max_workers, int) and max_workers >= 1):
+            raise ValueError(f"LocalBuilder: max_workers must be an int >= 1, got "
+                             f"{max_workers!r}")
+        if not timeout > 0:
+            raise ValueError(f"LocalBuilder: timeout must be > 0 seconds, got {timeout!r}")
+        self.max_workers = max_workers
+        self.timeout = float(timeout)
+        self._own_dir = work_dir is None
+        self.work_dir = tempfile.mkdtemp(prefix="autotune-build-") if work_dir is None \
+            else work_dir
+        os.makedirs(self.work_dir, exist_ok=True)
+        self._workers = [WorkerProcess(f"{__name__}:handle_build_request", f"autotune-build-{i}")
+                         for i in range(max_workers)]
+        self._counter = 0
+        self._closed = False
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        if self._closed:
+            raise RuntimeError("LocalBuilder.build called after close()")
+        results: list[BuildResult | None] = [None] * len(inputs)
+        pending = list(range(len(inputs)))
+        pending.reverse()  # pop() from the end hands candidates out in input order
+        busy: dict[int, tuple[int, float, float]] = {}  # worker index -> (input, start, end)
+        idle = list(range(len(self._workers)))
+        while pending or busy:
+            # 1. Hand candidates to idle workers.
+            while pending and idle:
+                w = idle.pop()
+                i = pending.pop()
+                request = self._request(inputs[i])
+                start = time.perf_counter()
+                try:
+                    self._workers[w].send(request)
+                except (BrokenPipeError, OSError):
+                    self._workers[w].kill()
+                    self._workers[w].send(request)
+                busy[w] = (i, start, time.monotonic() + self.timeout)
+            # 2. Wait for the first reply or the nearest deadline.
+            nearest = min(end for _, _, end in busy.values())
+            ready = wait_any([self._workers[w] for w in busy], nearest - time.monotonic())
+            ready_ids = {id(r) for r in ready}
+            now = time.monotonic()
+            for w in list(busy):
+                worker = self._workers[w]
+                i, start, end = busy[w]
+                if id(worker) in ready_ids:
+                    status, reply = worker.receive(0.0)
+                elif now >= end:
+                    worker.kill()
+                    status, reply = "timeout", None
+                else:
+                    continue
+                del busy[w]
+                idle.append(w)
+                results[i] = self._result(status, reply, time.perf_counter() - start)
+        return results
+
+    def _request(self, inp: MeasureInput) -> dict:
+        self._counter += 1
+        path = os.path.join(self.work_dir, f"cand{self._counter:07d}.o")
+        return {"func": inp.func.to_json(), "target": str(inp.target), "path": path}
+
+    def _result(self, status: str, reply, seconds: float) -> BuildResult:
+        if status == "timeout":
+            return BuildResult(None, f"build timed out after {self.timeout:g} s (lowering, "
+                                     "codegen and LLVM compilation)", seconds)
+        if status == "crash":
+            return BuildResult(None, f"the compiler crashed: {reply}", seconds)
+        if "exception" in reply:
+            return BuildResult(None, f"build worker failed: {reply['exception']}", seconds)
+        if reply.get("error"):
+            return BuildResult(None, reply["error"], reply.get("seconds", seconds))
+        return BuildResult(reply["path"], None, reply.get("seconds", seconds))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for worker in self._workers:
+            worker.close()
+        if self._own_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __del__(self):
+        # Interpreter shutdown may have torn modules down already; nothing is left to do then.
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def handle_build_request(request: dict, state: dict) -> dict:
+    """Worker side: build one candidate to an object file."""
+    from autotune.build import build
+    from tensor_ir.errors import TensorIRError
+    from tensor_ir.func import PrimFunc
+
+    start = time.perf_counter()
+    try:
+        target = Target(request["target"])
+        if target.kind != "llvm":
+            raise TensorIRError(f"LocalBuilder builds CPU (llvm) targets; got {target}")
+        func = PrimFunc.from_json(request["func"])
+        kernel = build(func, target=target)
+        kernel.export_library(request["path"])
+    except TensorIRError as err:
+        return {"error": f"{type(err).__name__}: {err}", "seconds": time.perf_counter() - start}
+    except Exception as err:  # noqa: BLE001 - a bug in a lower layer is still a build error
+        return {"error": f"{type(err).__name__} while building: {err}",
+                "seconds": time.perf_counter() - start}
+    return {"path": request["path"], "seconds": time.perf_counter() - start}

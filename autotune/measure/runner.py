@@ -1,0 +1,569 @@
+"""LocalRunner: times built candidates in an isolated, persistent worker process.
+
+The tuner never calls a candidate itself.  A worker process (see :mod:`.worker`) loads each
+artifact, runs it and reports back; a candidate that segfaults, aborts or hangs kills only the
+worker, which is restarted for the next candidate, and the candidate gets an error record.
+
+Timing protocol (in the worker, per candidate):
+
+1. Warm-up: one call with the outputs poisoned (NaN), then a snapshot of the outputs for the
+   check.  Its time estimates the per-call cost.
+2. ``number`` grows so that one repeat lasts at least ``min_repeat_ms``; then ``repeat``
+   repeats, each optionally after flushing the arrays from the CPU caches.  The calls of a
+   repeat run in a loop compiled to native code (one ctypes call per repeat), so Python's
+   call overhead does not pollute short kernels.
+3. A candidate already ``slow_factor`` times slower than its workload's best stops after one
+   repeat (the warm-up counts as that repeat when it alone is long enough), and repeats that
+   would overrun the time-out are dropped while one is kept.
+4. Check: the first candidate of a workload, every candidate that would become its new best,
+   or every candidate under ``check="all"``, is compared with the reference outputs.  A
+   candidate that wrote into an input is a wrong result too (the inputs are restored).
+5. A crash or a wrong result is confirmed once on a fresh worker before it is recorded: an
+   earlier candidate's stray write could have corrupted the worker's heap or its reference.
+
+Inputs are fixed random data allocated once per workload (seeded from the workload key, so the
+same key gives the same data in every process); the reference outputs are computed once per
+workload by building the workload's own definition, and kept by the tuner-side runner so a
+restarted worker gets them back without recomputing.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from tensor_ir.func import PrimFunc
+from tensor_ir.stmt import BufferStore
+from tensor_ir.target import Target
+from tensor_ir.visitor import walk
+
+from .base import (
+    BuildResult,
+    MeasureConfig,
+    MeasureInput,
+    MeasureResult,
+    Runner,
+    check_lengths,
+)
+from .builder import build_target_string
+from .worker import WorkerProcess
+
+__all__ = ["LocalRunner", "param_spec", "workload_inputs"]
+
+# Seconds the tuner adds to MeasureConfig.timeout before declaring a worker hung: loading the
+# artifact, the output check and the pipe round trip happen outside the worker's own budget.
+_GRACE_SECONDS = 2.0
+# Workloads a worker keeps inputs and reference outputs for (least recently used go first).
+_MAX_WORKLOADS = 8
+# Arrays are aligned like the code generator's own allocations.
+_ALIGN = 64
+
+
+# ---------------------------------------------------------------------------------------------
+# Tuner side
+# ---------------------------------------------------------------------------------------------
+
+def param_spec(func: PrimFunc) -> list[dict]:
+    """Per parameter: name, shape, dtype and whether the function writes it."""
+    written = set()
+
+    def visit(node):
+        if isinstance(node, BufferStore):
+            written.add(node.buffer)
+
+    walk(func.body, visit)
+    return [{"name": b.name, "shape": tuple(b.const_shape), "dtype": b.dtype,
+             "written": b in written} for b in func.params]
+
+
+class LocalRunner(Runner):
+    """Measures candidates built for this machine, one at a time, in a worker process.
+
+    ``config`` is the timing protocol; ``reference_timeout`` bounds computing a workload's
+    reference outputs (a naive build and one run of the workload's definition).
+    """
+
+    def __init__(self, config: MeasureConfig | None = None, reference_timeout: float = 300.0):
+        self.config = config or MeasureConfig()
+        self.reference_timeout = float(reference_timeout)
+        self._worker = WorkerProcess(f"{__name__}:handle_run_request", "autotune-runner")
+        self._best: dict[str, float] = {}
+        self._references: dict[str, list | None] = {}
+        self._failed_workloads: dict[str, str] = {}
+        self._prepared: dict[str, int] = {}  # workload -> worker generation holding it
+        self._closed = False
+
+    def best(self, workload_key: str) -> float | None:
+        """Best checked median (seconds per call) measured for the workload by this runner."""
+        return self._best.get(workload_key)
+
+    def seed_best(self, workload_key: str, seconds: float) -> None:
+        """Make a best known from earlier (a database of a previous run) count: the
+        slow-candidate rule applies at once, and only faster candidates are then checked."""
+        if not seconds > 0:
+            raise ValueError(f"seed_best: seconds must be > 0, got {seconds!r}")
+        current = self._best.get(workload_key)
+        if current is None or seconds < current:
+            self._best[workload_key] = float(seconds)
+
+    @property
+    def worker_restarts(self) -> int:
+        return self._worker.restarts
+
+    def run(self, inputs: Sequence[MeasureInput],
+            builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        if self._closed:
+            raise RuntimeError("LocalRunner.run called after close()")
+        check_lengths(inputs, builds)
+        return [self._run_one(inp, b) for inp, b in zip(inputs, builds)]
+
+    def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
+        start = time.perf_counter()
+
+        def error(kind: str, msg: str, kernel_seconds: float = 0.0) -> MeasureResult:
+            return MeasureResult.error(kind, msg, build.build_seconds,
+                                       time.perf_counter() - start, kernel_seconds)
+
+        if build.error is not None:
+            return MeasureResult.error("build", build.error, build.build_seconds)
+        target = inp.target
+        if target.kind != "llvm" or not target.is_host:
+            return error("runtime", f"target {target} is not this machine; the candidate was "
+                                    f"built ({build.artifact_path}) but is not run locally")
+        key = inp.workload_key
+        problem = self._prepare(inp)
+        if problem is not None:
+            return error("runtime", problem)
+        best = self._best.get(key)
+        cfg = self.config
+        request = {"op": "measure", "key": key, "path": build.artifact_path,
+                   "number": cfg.number, "repeat": cfg.repeat,
+                   "min_repeat_ms": cfg.min_repeat_ms, "flush_cache": cfg.flush_cache,
+                   "timeout": cfg.timeout, "slow_factor": cfg.slow_factor, "best": best,
+                   "check": cfg.check != "none" and self._references.get(key) is not None,
+                   "check_always": cfg.check == "all" or best is None,
+                   "rtol": cfg.rtol, "atol": cfg.atol}
+        status, reply = self._call_measure(inp, request)
+        if status == "crash" or (isinstance(reply, dict)
+                                 and reply.get("error_kind") == "wrong_result"):
+            # Confirm on a fresh worker before blaming this candidate: an earlier candidate's
+            # stray write may have corrupted the worker's heap or its reference outputs.
+            self._worker.kill()
+            status, reply = self._call_measure(inp, request)
+        if status == "timeout":
+            return error("timeout", f"kernel did not finish within {cfg.timeout:g} s; its "
+                                    "worker process was killed and restarted",
+                         kernel_seconds=float(cfg.timeout))
+        if status == "crash":
+            return error("crash", f"kernel crashed: {reply}; the worker was restarted")
+        if isinstance(reply, str):  # preparing the workload failed
+            return error("runtime", reply)
+        if "exception" in reply:
+            return error("runtime", f"runner worker failed: {reply['exception']}")
+        if reply.get("error_kind"):
+            return error(reply["error_kind"], reply["error_msg"], reply.get("kernel_seconds", 0))
+        result = MeasureResult.success(
+            reply["run_times"], reply["number"], reply["checked"], reply["stopped_early"],
+            build.build_seconds, time.perf_counter() - start, reply["kernel_seconds"])
+        # A candidate becomes the best only if it was checked (or no check is possible or
+        # wanted): the worker checks every would-be best, so an unchecked faster one cannot
+        # occur unless checking is off.
+        if best is None or result.median < best:
+            self._best[key] = result.median
+        return result
+
+    def _call_measure(self, inp: MeasureInput, request: dict) -> tuple[str, object]:
+        """Send one measure request, preparing the workload in the worker first if needed.
+        A preparation failure comes back as ("ok", message)."""
+        problem = self._prepare(inp)
+        if problem is not None:
+            return "ok", problem
+        status, reply = self._worker.call(request, self.config.timeout + _GRACE_SECONDS)
+        if status == "ok" and reply.get("need_workload"):
+            # The worker dropped this workload's arrays (it keeps a few): send them again.
+            self._prepared.pop(inp.workload_key, None)
+            problem = self._prepare(inp)
+            if problem is not None:
+                return "ok", problem
+            status, reply = self._worker.call(request, self.config.timeout + _GRACE_SECONDS)
+        return status, reply
+
+    def _prepare(self, inp: MeasureInput) -> str | None:
+        """Make sure the worker holds the workload's inputs and reference outputs; returns
+        why it cannot, or None."""
+        key = inp.workload_key
+        if key in self._failed_workloads:
+            return self._failed_workloads[key]
+        if self._prepared.get(key) == self._worker.generation and self._worker.alive:
+            return None
+        have_reference = key in self._references
+        func = inp.reference if inp.reference is not None else inp.func
+        try:
+            request = {"op": "workload", "key": key, "params": param_spec(func),
+                       "seed": workload_seed(key),
+                       "reference": None if have_reference or inp.reference is None
+                       else inp.reference.to_json(),
+                       "reference_outputs": self._references.get(key),
+                       "target": build_target_string(inp.target)}
+        except Exception as err:  # noqa: BLE001 - e.g. a symbolic shape: no arrays to make
+            return f"workload {key}: cannot describe its parameters: {err}"
+        status, reply = self._worker.call(request, self.reference_timeout)
+        if status == "ok" and "exception" not in reply and not reply.get("error"):
+            if not have_reference:
+                self._references[key] = reply.get("reference_outputs")
+            self._prepared[key] = self._worker.generation
+            return None
+        if status == "timeout":
+            why = f"computing the reference took over {self.reference_timeout:g} s"
+        elif status == "crash":
+            why = f"the reference crashed the worker ({reply})"
+        else:
+            why = reply.get("error") or reply.get("exception")
+        message = f"workload {key}: cannot prepare inputs and reference outputs: {why}"
+        self._failed_workloads[key] = message
+        return message
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._worker.close()
+
+    def __del__(self):
+        # Interpreter shutdown may have torn modules down already; nothing is left to do then.
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def workload_seed(workload_key: str) -> int:
+    """A seed that depends only on the workload key (stable across processes and runs)."""
+    return int.from_bytes(hashlib.sha256(workload_key.encode()).digest()[:8], "little")
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker side
+# ---------------------------------------------------------------------------------------------
+
+def _aligned_empty(shape: tuple, dtype: str) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % _ALIGN
+    return raw[offset:offset + nbytes].view(dtype).reshape(shape)
+
+
+def workload_inputs(params: Sequence[dict], seed: int) -> list[np.ndarray]:
+    """Fixed random arrays for the parameters: inputs filled, outputs allocated.
+
+    Floats are uniform in [-1, 1) (negative values matter: a max-reduction initialised with 0
+    instead of -inf passes on positive data), integers small, so sums stay exact."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for p in params:
+        a = _aligned_empty(tuple(p["shape"]), p["dtype"])
+        if not p["written"]:
+            kind = a.dtype.kind
+            if kind == "f":
+                a[...] = rng.uniform(-1.0, 1.0, a.shape)
+            elif kind == "b":
+                a[...] = rng.random(a.shape) < 0.5
+            elif kind == "u":
+                a[...] = rng.integers(0, 16, a.shape)
+            else:
+                a[...] = rng.integers(-8, 8, a.shape)
+        arrays.append(a)
+    return arrays
+
+
+def _poison(arrays: Sequence[np.ndarray]) -> None:
+    """Fill outputs with values a kernel cannot leave behind unnoticed."""
+    for a in arrays:
+        if a.dtype.kind == "f":
+            a.fill(np.nan)
+        elif a.dtype.kind == "b":
+            a.fill(True)
+        else:
+            a.fill(np.iinfo(a.dtype).max)
+
+
+_DEFAULT_TOLERANCE = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
+
+
+def compare_outputs(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray],
+                    names: Sequence[str], rtol: float | None,
+                    atol: float | None) -> str | None:
+    """None when every output matches its reference, else a readable description."""
+    for out, ref, name in zip(outputs, references, names):
+        if out.dtype.kind != "f":
+            bad = out != ref
+            if bad.any():
+                where = tuple(int(i) for i in np.argwhere(bad)[0])
+                return (f"wrong result: output {name} differs from the reference in "
+                        f"{int(bad.sum())} of {out.size} elements (first at {name}{list(where)}: "
+                        f"expected {ref[where]}, got {out[where]})")
+            continue
+        tol = _DEFAULT_TOLERANCE.get(str(out.dtype), 1e-4)
+        finite = np.isfinite(ref)
+        scale = float(np.abs(ref[finite]).max()) if finite.any() else 1.0
+        r = tol if rtol is None else rtol
+        a = tol * max(1.0, scale) if atol is None else atol
+        ref64, out64 = ref.astype(np.float64), out.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            close = np.isclose(out64, ref64, rtol=r, atol=a, equal_nan=True)
+        if close.all():
+            continue
+        bad = ~close
+        missing = bad & np.isnan(out64) & ~np.isnan(ref64)
+        with np.errstate(invalid="ignore"):
+            diff = np.where(bad & ~missing, np.abs(out64 - ref64), -np.inf)
+        if np.isfinite(diff).any() and diff.max() > -np.inf:
+            where = np.unravel_index(int(np.argmax(diff)), diff.shape)
+            where_t = tuple(int(i) for i in where)
+            return (f"wrong result: max abs diff {diff[where]:.6g} in output {name} at "
+                    f"{name}{list(where_t)} (expected {ref64[where]:.6g}, got {out64[where]:.6g};"
+                    f" {int(bad.sum())} of {out.size} elements off, rtol={r:g}, atol={a:.3g})")
+        where_t = tuple(int(i) for i in np.argwhere(missing)[0])
+        return (f"wrong result: output {name} has {int(missing.sum())} of {out.size} elements "
+                f"not written (NaN) where the reference has values, first at {name}"
+                f"{list(where_t)}")
+    return None
+
+
+class _Harness:
+    """Native helpers compiled once per worker: a loop calling a kernel ``n`` times, and (on
+    x86) a cache-line flush of an array."""
+
+    def __init__(self):
+        self._loops: dict[int, tuple] = {}
+        self._flush = None
+        self._scratch: np.ndarray | None = None
+
+    def loop(self, arity: int):
+        entry = self._loops.get(arity)
+        if entry is None:
+            from tensor_ir.codegen import LLVMTarget, compile_module
+
+            loads = "\n".join(
+                f"  %p{i} = getelementptr inbounds ptr, ptr %argv, i64 {i}\n"
+                f"  %a{i} = load ptr, ptr %p{i}" for i in range(arity))
+            args = ", ".join(f"ptr %a{i}" for i in range(arity))
+            text = f"""
+define void @time_loop(ptr %fn, ptr %argv, i64 %n) {{
+entry:
+{loads}
+  %go = icmp sgt i64 %n, 0
+  br i1 %go, label %loop, label %done
+loop:
+  %i = phi i64 [0, %entry], [%next, %loop]
+  call void %fn({args})
+  %next = add i64 %i, 1
+  %more = icmp slt i64 %next, %n
+  br i1 %more, label %loop, label %done
+done:
+  ret void
+}}
+"""
+            jit = compile_module(text, LLVMTarget()).jit()
+            proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+            entry = (jit, proto(jit.function_address("time_loop")))
+            self._loops[arity] = entry
+        return entry[1]
+
+    def flush(self, arrays: Sequence[np.ndarray], target: Target) -> None:
+        """Evict ``arrays`` from the CPU caches."""
+        if target.triple.startswith(("x86_64", "i686", "i386")):
+            if self._flush is None:
+                from tensor_ir.codegen import LLVMTarget, compile_module
+
+                text = """
+declare void @llvm.x86.sse2.clflush(ptr)
+declare void @llvm.x86.sse2.mfence()
+define void @flush_lines(ptr %p, i64 %nbytes, i64 %line) {
+entry:
+  %go = icmp sgt i64 %nbytes, 0
+  br i1 %go, label %loop, label %done
+loop:
+  %off = phi i64 [0, %entry], [%next, %loop]
+  %q = getelementptr inbounds i8, ptr %p, i64 %off
+  call void @llvm.x86.sse2.clflush(ptr %q)
+  %next = add i64 %off, %line
+  %more = icmp slt i64 %next, %nbytes
+  br i1 %more, label %loop, label %done
+done:
+  call void @llvm.x86.sse2.mfence()
+  ret void
+}
+"""
+                jit = compile_module(text, LLVMTarget()).jit()
+                proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+                self._flush = (jit, proto(jit.function_address("flush_lines")))
+            line = target.cache_line or 64
+            for a in arrays:
+                self._flush[1](a.ctypes.data, a.nbytes, line)
+            return
+        # Elsewhere: stream through a buffer larger than the last-level cache.
+        if self._scratch is None:
+            size = 2 * (target.l3_cache or target.l2_cache or 32 * 1024 * 1024)
+            self._scratch = np.zeros(size // 8, dtype=np.float64)
+        self._scratch += 1.0
+
+
+def _load_kernel(path: str):
+    """(JIT engine, entry address, metadata) of an object file built by LocalBuilder."""
+    import json
+
+    from tensor_ir.codegen import META_SYMBOL, JITModule
+
+    with open(path, "rb") as f:
+        object_code = f.read()
+    jit = JITModule(object_code)
+    meta = json.loads(jit.read_string(META_SYMBOL))
+    return jit, jit.function_address(meta["entry"]), meta
+
+
+def _prepare_workload(request: dict, state: dict) -> dict:
+    workloads: OrderedDict = state.setdefault("workloads", OrderedDict())
+    key = request["key"]
+    params = request["params"]
+    arrays = workload_inputs(params, request["seed"])
+    outputs = [i for i, p in enumerate(params) if p["written"]]
+    inputs = [i for i, p in enumerate(params) if not p["written"]]
+    reference = request.get("reference_outputs")
+    computed = None
+    if reference is None and request.get("reference") is not None:
+        from autotune.build import build
+
+        func = PrimFunc.from_json(request["reference"])
+        kernel = build(func, target=request["target"])
+        if [tuple(p.shape) for p in kernel.params] != [tuple(p["shape"]) for p in params]:
+            return {"error": "the reference's parameters differ from the workload's"}
+        _poison([arrays[i] for i in outputs])
+        kernel(*arrays)
+        computed = [arrays[i].copy() for i in outputs]
+        reference = computed
+    workloads[key] = {
+        "params": params, "arrays": arrays, "inputs": inputs, "outputs": outputs,
+        "pristine": [arrays[i].copy() for i in inputs], "reference": reference,
+        "argv": (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays]),
+    }
+    workloads.move_to_end(key)
+    while len(workloads) > _MAX_WORKLOADS:
+        workloads.popitem(last=False)
+    return {"reference_outputs": computed}
+
+
+def _measure(request: dict, state: dict) -> dict:
+    """Worker side of one candidate (see the module docstring for the protocol)."""
+    workloads: OrderedDict = state.setdefault("workloads", OrderedDict())
+    work = workloads.get(request["key"])
+    if work is None:
+        return {"need_workload": True}
+    workloads.move_to_end(request["key"])
+    started = time.perf_counter()
+    deadline = started + request["timeout"]
+    try:
+        jit, address, meta = _load_kernel(request["path"])
+    except Exception as err:  # noqa: BLE001 - an unloadable artifact is this candidate's error
+        return {"error_kind": "runtime",
+                "error_msg": f"cannot load {request['path']}: {type(err).__name__}: {err}"}
+    params = work["params"]
+    got = [(tuple(p["shape"]), p["dtype"]) for p in meta["params"]]
+    want = [(tuple(p["shape"]), p["dtype"]) for p in params]
+    if got != want:
+        return {"error_kind": "runtime",
+                "error_msg": f"candidate parameters {got} differ from the workload's {want}"}
+    harness: _Harness = state.setdefault("harness", _Harness())
+    loop = harness.loop(len(params))
+    argv = work["argv"]
+    arrays = work["arrays"]
+    outputs = [arrays[i] for i in work["outputs"]]
+    target = state.get("target")
+    if target is None:
+        target = state["target"] = Target.current_host()
+    kernel_seconds = 0.0
+
+    def timed(n: int) -> float:
+        nonlocal kernel_seconds
+        t0 = time.perf_counter()
+        loop(address, argv, n)
+        elapsed = time.perf_counter() - t0
+        kernel_seconds += elapsed
+        return elapsed
+
+    # 1. Warm-up, on poisoned outputs, keeping them for the check.
+    check_possible = request["check"] and work["reference"] is not None
+    _poison(outputs)
+    warm = timed(1)
+    snapshot = [o.copy() for o in outputs] if check_possible else None
+
+    # 2. Repeats.
+    best = request["best"]
+    slow_limit = best * request["slow_factor"] if best is not None else math.inf
+    min_repeat = request["min_repeat_ms"] / 1000.0
+    times: list[float] = []
+    stopped_early = False
+    # The warm-up ran cold, so it overestimates a call: aim a little above min_repeat_ms.
+    number = max(request["number"], math.ceil(1.15 * min_repeat / max(warm, 1e-9)))
+    if warm > slow_limit and warm >= min_repeat:
+        # Already far slower than the best: the warm-up call is the one repeat.
+        times, number, stopped_early = [warm], 1, True
+    elif time.perf_counter() + warm * number > deadline:
+        # Not even one full repeat fits in the time-out: keep the warm-up's time.
+        times, number, stopped_early = [warm], 1, True
+    regrows = 0
+    while len(times) < request["repeat"] and not stopped_early:
+        per_call = times[-1] if times else warm
+        if times and time.perf_counter() + per_call * number * 1.1 > deadline:
+            stopped_early = True
+            break
+        if request["flush_cache"]:
+            harness.flush(arrays, target)
+        elapsed = timed(number)
+        if elapsed < min_repeat and regrows < 4:
+            # The warm-up overestimated the per-call time (cold caches, page faults): grow
+            # ``number`` from this repeat, with a margin, and time again.
+            number = max(number + 1, math.ceil(number * 1.15 * min_repeat / max(elapsed, 1e-9)))
+            regrows += 1
+            continue
+        times.append(elapsed / number)
+        if times[-1] > slow_limit:
+            stopped_early = True
+    median = float(np.median(times))
+
+    # 3. Inputs must be unchanged: a candidate writing into an input would corrupt every
+    # later measurement of the workload.
+    for i, pristine in zip(work["inputs"], work["pristine"]):
+        if not np.array_equal(arrays[i], pristine, equal_nan=arrays[i].dtype.kind == "f"):
+            arrays[i][...] = pristine
+            name = params[i]["name"]
+            return {"error_kind": "wrong_result", "kernel_seconds": kernel_seconds,
+                    "error_msg": f"wrong result: the candidate wrote into its input {name}"}
+
+    # 4. Output check.
+    checked = False
+    if check_possible and (request["check_always"] or best is None or median < best):
+        names = [params[i]["name"] for i in work["outputs"]]
+        problem = compare_outputs(snapshot, work["reference"], names, request["rtol"],
+                                  request["atol"])
+        if problem is not None:
+            return {"error_kind": "wrong_result", "error_msg": problem,
+                    "kernel_seconds": kernel_seconds}
+        checked = True
+    del jit  # releases the candidate's JIT engine and its code
+    return {"run_times": times, "number": number, "checked": checked,
+            "stopped_early": stopped_early, "kernel_seconds": kernel_seconds}
+
+
+def handle_run_request(request: dict, state: dict) -> dict:
+    """Entry point of the runner's worker process."""
+    op = request.get("op")
+    if op == "workload":
+        return _prepare_workload(request, state)
+    if op == "measure":
+        return _measure(request, state)
+    return {"exception": f"unknown request {op!r}"}
