@@ -51,7 +51,6 @@ from .base import (
     Runner,
     check_lengths,
 )
-from .builder import build_target_string
 from .worker import WorkerProcess
 
 __all__ = ["LocalRunner", "param_spec", "workload_inputs"]
@@ -210,7 +209,7 @@ class LocalRunner(Runner):
                        "reference": None if have_reference or inp.reference is None
                        else inp.reference.to_json(),
                        "reference_outputs": self._references.get(key),
-                       "target": build_target_string(inp.target)}
+                       "target": str(inp.target)}
         except Exception as err:  # noqa: BLE001 - e.g. a symbolic shape: no arrays to make
             return f"workload {key}: cannot describe its parameters: {err}"
         status, reply = self._worker.call(request, self.reference_timeout)
