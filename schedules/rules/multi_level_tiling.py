@@ -1,0 +1,166 @@
+"""MultiLevelTiling: Ansor's "SSRSRS" tiling of reductions with data reuse, for CPUs.
+
+Each spatial loop is split into 4 sampled levels and each reduction loop into 2; the levels
+are interleaved as S0 S1 R0 S2 R1 S3::
+
+    for i0, j0:                  S0  -- fused and parallelised by the postproc
+      for i1, j1:                S1
+        for k0:                  R0
+          for i2, j2:            S2
+            for k1:              R1
+              for i3, j3:        S3  -- register tile: j3 vectorised, i3 unrolled
+                C_local[i, j] += A[i, k] * B[k, j]
+        (write-back of C_local, or the fused elementwise consumer, at level 1 or 2)
+
+The result is accumulated in a register-level ``local`` buffer (cache_write) whose write-back
+is placed by reverse_compute_at after the S0 (level 1) or S1 (level 2) loops; when the block's
+only consumer is elementwise (a bias add, a relu), that consumer is fused there instead, so
+the intermediate never round-trips through memory.  With ``pack``, an input read along the
+vectorised axis and a reduction axis (B of a matmul) is also read through a copy packed into
+panels as wide as the register tile (see rules/packing.py); the vectorised loop is then split
+by the panel width first so that the register tile's width is exactly one panel.
+
+Tile sizes are ``sample_perfect_tile`` decisions.  Sketch-level alternatives (one schedule
+each): the write-back level, and packed / not packed.  The block is annotated
+``meta_schedule.tiling_structure`` so later rules leave it alone.
+"""
+from __future__ import annotations
+
+from tensor_ir.stmt import REDUCE, SPATIAL
+from tensor_ir.target import Target
+
+from ..errors import ScheduleError
+from ..schedule import Schedule
+from . import ScheduleRule, try_on_copy
+from .analysis import (
+    block_info, has_data_reuse, is_elementwise_consumer, single_store,
+)
+from .packing import PackPlan, plan_packing
+from .. import tree
+
+TILING_KEY = "meta_schedule.tiling_structure"
+
+
+class MultiLevelTiling(ScheduleRule):
+    """Options: ``structure`` (letters S and R, outer to inner), ``max_innermost_factor``
+    (bound of the innermost sampled factor), ``write_levels`` (write-back levels to offer,
+    1-based: after the first / second S group), ``pack`` (offer packed sketches)."""
+
+    name = "multi_level_tiling"
+
+    def __init__(self, structure: str = "SSRSRS", max_innermost_factor: int = 64,
+                 write_levels=(1, 2), pack: bool = True):
+        structure = structure.upper()
+        if not structure or set(structure) - {"S", "R"} or "S" not in structure:
+            raise ScheduleError(f"MultiLevelTiling: structure {structure!r} must be letters S "
+                                f"and R with at least one S")
+        self.structure = structure
+        self.max_innermost_factor = max_innermost_factor
+        n_s = structure.count("S")
+        self.write_levels = tuple(lv for lv in write_levels if 1 <= lv < n_s) or (None,)
+        self.pack = pack
+        self.lanes = 16
+
+    def initialize(self, target: Target) -> None:
+        self.lanes = max(1, target.vector_lanes("float32"))
+
+    # -- applicability ---------------------------------------------------------------------
+    def applicable(self, sch: Schedule, block: str):
+        info = block_info(sch.func, block)
+        if info is None or block == "root" or not info.trivially_bound:
+            return None
+        if not info.is_reduction or single_store(info.block) is None:
+            return None
+        if info.block.init is None or info.annotation(TILING_KEY) is not None:
+            return None
+        if info.annotation("meta_schedule.rfactor") is not None:
+            return None  # one half of an rfactor pair: its sketch chose rfactor over tiling
+        if not has_data_reuse(info.block):
+            return None
+        if info.extent_product(SPATIAL) <= 1:
+            return None  # nothing to tile spatially: a full reduction is rfactor's job
+        return info
+
+    def apply(self, sch: Schedule, block: str) -> list[Schedule]:
+        info = self.applicable(sch, block)
+        if info is None:
+            return [sch]
+        plans: list[PackPlan | None] = [None]
+        if self.pack:
+            plan = self._pack_plan(sch, info)
+            if plan is not None:
+                plans.append(plan)
+        out = []
+        for plan in plans:
+            for level in self.write_levels:
+                done = try_on_copy(sch, lambda s: self._tile(s, block, info, level, plan))
+                if done is not None:
+                    out.append(done)
+        return out or [sch]
+
+    def _pack_plan(self, sch: Schedule, info) -> PackPlan | None:
+        spatial = [k for k, kind in enumerate(info.loop_kinds) if kind == SPATIAL]
+        vec = spatial[-1]
+        extent = info.loops[vec].extent.value
+        width = 2 * self.lanes if extent >= 2 * self.lanes else self.lanes
+        if extent < width or width < 2:
+            return None
+        return plan_packing(sch.func, info.block, info.loop_iters[vec].var, width)
+
+    # -- the rule's instructions -----------------------------------------------------------
+    def _tile(self, sch: Schedule, block: str, info, level, plan: PackPlan | None) -> None:
+        b = sch.get_block(block)
+        loops = sch.get_loops(b)
+        kinds = info.loop_kinds
+        n_s, n_r = self.structure.count("S"), self.structure.count("R")
+        spatial = [k for k, kind in enumerate(kinds) if kind == SPATIAL]
+        vec = spatial[-1]
+        parts: list[list] = []
+        for k, (loop, kind) in enumerate(zip(loops, kinds)):
+            n = n_s if kind == SPATIAL else n_r
+            if plan is not None and k == vec and n >= 2:
+                # The register tile's width is exactly one panel: split it off first, tile the
+                # panel index over the outer levels.
+                outer, lane = sch.split(loop, [None, plan.width])
+                tiles = sch.sample_perfect_tile(outer, n=n - 1,
+                                                max_innermost_factor=self.max_innermost_factor)
+                parts.append(sch.split(outer, tiles) + [lane] if n > 2 else [outer, lane])
+                continue
+            tiles = sch.sample_perfect_tile(loop, n=n,
+                                            max_innermost_factor=self.max_innermost_factor)
+            parts.append(sch.split(loop, tiles) if n > 1 else [loop])
+        # Interleave: the k-th S letter takes level k of every spatial loop, likewise for R.
+        order, s_seen, r_seen, s_groups = [], 0, 0, []
+        for letter in self.structure:
+            if letter == "S":
+                group = [parts[k][s_seen] for k in range(len(kinds)) if kinds[k] == SPATIAL]
+                s_groups.append(group)
+                s_seen += 1
+            else:
+                group = [parts[k][r_seen] for k in range(len(kinds)) if kinds[k] == REDUCE]
+                r_seen += 1
+            order.extend(group)
+        sch.reorder(*order)
+        sch.annotate(b, TILING_KEY, self.structure)
+        if level is not None:
+            self._write(sch, b, block, s_groups[level - 1][-1])
+        if plan is not None:
+            sch.pack_layout(b, plan.buffer, plan.index_map())
+
+    def _write(self, sch: Schedule, b, block: str, at) -> None:
+        """Fuse the single elementwise consumer at loop ``at``; otherwise accumulate in a
+        local buffer whose write-back goes there."""
+        func = sch.func
+        users = tree.consumers(func, block)
+        if len(users) == 1:
+            producer = tree.find_block(func, block).node.block
+            consumer = tree.find_block(func, users[0]).node.block
+            if is_elementwise_consumer(func, consumer, producer):
+                # A refused fusion leaves only a get_block behind, which changes nothing.
+                try:
+                    sch.reverse_compute_at(sch.get_block(users[0]), at)
+                    return
+                except ScheduleError:
+                    pass
+        write_back = sch.cache_write(b, 0, "local")
+        sch.reverse_compute_at(write_back, at)

@@ -1,0 +1,298 @@
+"""Design-space rules and post-processors, one at a time, on small workloads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedules import Schedule, ScheduleError, Trace, tree
+from schedules.postproc import (
+    POSTPROC_MARKER, DecomposeReductions, RewriteParallelVectorizeUnroll, VerifyCPU,
+    apply_postprocs, default_postprocs, strip_postproc, verify_cpu, verify_gpu,
+)
+from schedules.rules import create, default_rules
+from schedules.rules.auto_inline import AutoInline
+from schedules.rules.multi_level_tiling import TILING_KEY, MultiLevelTiling
+from schedules.rules.packing import plan_packing
+from schedules.rules.parallel_vectorize_unroll import (
+    PARALLEL_KEY, UNROLL_KEY, VECTORIZE_KEY, ParallelVectorizeUnroll,
+)
+from schedules.rules.random_compute_location import RandomComputeLocation
+from schedules.rules.rfactor import AddRFactor
+from tensor_ir import interp, ops, te
+from tensor_ir.func import structural_equal
+from tensor_ir.stmt import PARALLEL, VECTORIZED, For
+from tensor_ir.target import Target
+from tensor_ir.visitor import collect
+
+from .workloads import check_interp, conv2d, elementwise_chain, matmul, matmul_relu
+
+TARGET = Target("llvm -num-cores 2 -vector-width 512")
+
+
+def _init(rule):
+    rule.initialize(TARGET)
+    return rule
+
+
+def _blocks(func) -> list[str]:
+    return [loc.node.block.name for loc in tree.all_blocks(func)]
+
+
+def _loops(func, block: str) -> list[For]:
+    return tree.find_block(func, block).loops
+
+
+# -- AutoInline ------------------------------------------------------------------------------
+def test_auto_inline_folds_an_elementwise_chain():
+    func, ref = elementwise_chain(4, 5)
+    sch = Schedule(func)
+    rule = _init(AutoInline())
+    for name in reversed(_blocks(func)):
+        (sch,) = rule.apply(sch, name)
+    # Visiting from the output, each stage folds into its producer: one nest remains.
+    assert len(_blocks(sch.func)) == 1
+    check_interp(sch.func, ref)
+
+
+def test_auto_inline_leaves_reductions_and_padding_alone():
+    func, _ = conv2d(n=1, c=2, h=4, w=4, f=2, r=3, pad=1)
+    sch = Schedule(func)
+    rule = _init(AutoInline())
+    for name in ("conv", "pad"):
+        out = rule.apply(sch, name)
+        assert out == [sch] and len(sch.trace) == 0
+    assert AutoInline(inline_padding=True).apply(sch, "pad")[0] is not sch
+
+
+def test_auto_inline_bias_add_into_relu_output():
+    A = te.placeholder((4, 3), "float32", name="A")
+    B = te.placeholder((3, 5), "float32", name="B")
+    bias = te.placeholder((5,), "float32", name="bias")
+    k = te.reduce_axis(3, name="k")
+    C = te.compute((4, 5), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    D = te.compute((4, 5), lambda i, j: C[i, j] + bias[j], name="D")
+    E = te.compute((4, 5), lambda i, j: te.max(D[i, j], 0.0), name="E")
+    func = te.create_prim_func([A, B, bias, E])
+    sch = Schedule(func)
+    rule = _init(AutoInline())
+    for name in reversed(_blocks(func)):
+        (sch,) = rule.apply(sch, name)
+    assert _blocks(sch.func) == ["C", "D"]  # E folded into D, which now writes E
+
+
+# -- MultiLevelTiling -------------------------------------------------------------------------
+def test_multi_level_tiling_ssrsrs_order_and_sketches():
+    func, ref = matmul(64, 64, 32)
+    rule = _init(MultiLevelTiling())
+    out = rule.apply(Schedule(func, seed=0), "C")
+    assert len(out) == 4  # write-back after S0 / after S1, packed or not
+    for sch in out:
+        names = [lp.loop_var.name for lp in _loops(sch.func, "C")]
+        kinds = ["R" if n.startswith("k") else "S" for n in names]
+        collapsed = "".join(kinds)
+        # S0 (i0 j0) S1 (i1 j1) R0 S2 (i2 j2) R1 S3 (i3 j3)
+        assert collapsed == "SSSSRSSRSS", names
+        block = tree.find_block(sch.func, "C").node.block
+        assert dict(block.annotations)[TILING_KEY] == "SSRSRS"
+        assert "C_local" in _blocks(sch.func)
+        check_interp(sch.func, ref)
+    packed = [s for s in out if any(i.kind == "pack_layout" for i in s.trace)]
+    assert len(packed) == 2
+
+
+def test_multi_level_tiling_fuses_an_elementwise_consumer():
+    func, ref = matmul_relu(8, 8, 4)
+    out = _init(MultiLevelTiling(pack=False)).apply(Schedule(func, seed=1), "C")
+    assert len(out) == 2
+    for sch in out:
+        assert "C_local" not in _blocks(sch.func)  # no cache: D is computed under the tile
+        d_loops = {lp.loop_var for lp in _loops(sch.func, "D")}
+        c_loops = [lp.loop_var for lp in _loops(sch.func, "C")]
+        assert c_loops[0] in d_loops
+        check_interp(sch.func, ref)
+
+
+def test_multi_level_tiling_skips_blocks_without_reuse():
+    rule = _init(MultiLevelTiling())
+    func = ops.sum((6, 40), axis=1)
+    sch = Schedule(func)
+    name = _blocks(func)[0]
+    assert rule.apply(sch, name) == [sch]
+    func, _ = elementwise_chain()
+    sch = Schedule(func)
+    assert rule.apply(sch, "relu") == [sch]
+    with pytest.raises(ScheduleError, match="structure"):
+        MultiLevelTiling(structure="SXR")
+
+
+def test_pack_plans():
+    func = ops.matmul(8, 64, 8)
+    blk = tree.find_block(func, "C").node.block
+    j = blk.iter_vars[1].var
+    plan = plan_packing(func, blk, j, 32)
+    assert (plan.buffer, plan.dim, plan.panel_pos, plan.width) == ("B", 1, 0, 32)
+    assert plan.index_map()(3, 70) == (2, 3, 6)
+    dense = ops.dense(4, 64, 16)
+    blk = tree.find_block(dense, _blocks(dense)[0]).node.block
+    spatial = [iv.var for iv in blk.iter_vars if iv.kind == "spatial"]
+    plan = plan_packing(dense, blk, spatial[-1], 16)
+    assert plan is not None and plan.dim == 0  # W[j, k]: the gather becomes contiguous
+    conv = ops.conv2d_nchw(1, 4, 8, 8, 8, 3, 3, padding=1)
+    name = [n for n in _blocks(conv) if "pad" not in n][0]
+    blk = tree.find_block(conv, name).node.block
+    spatial = [iv.var for iv in blk.iter_vars if iv.kind == "spatial"]
+    assert plan_packing(conv, blk, spatial[-1], 16) is None  # the weight does not use x
+
+
+# -- AddRFactor ----------------------------------------------------------------------------
+def test_rfactor_inner_for_contiguous_row_reductions():
+    func = ops.sum((64, 256), axis=1)
+    name = _blocks(func)[0]
+    out = _init(AddRFactor()).apply(Schedule(func, seed=0), name)
+    assert len(out) == 2 and len(out[0].trace) == 0
+    rf = out[1]
+    assert any(n.endswith("_rf") for n in _blocks(rf.func))
+    x = np.random.default_rng(0).uniform(-1, 1, (64, 256)).astype("float32")
+    (got,) = interp.evaluate(rf.func, x)
+    np.testing.assert_allclose(got, x.sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
+def test_rfactor_outer_for_full_reductions():
+    func = ops.sum((8, 64))  # to a scalar: no spatial parallelism at all
+    name = _blocks(func)[0]
+    out = _init(AddRFactor()).apply(Schedule(func, seed=0), name)
+    variants = [dict(tree.find_block(s.func, n).node.block.annotations).get(
+        "meta_schedule.rfactor") for s in out[1:] for n in _blocks(s.func) if n.endswith("_rf")]
+    assert "outer" in variants
+
+
+def test_rfactor_skips_short_reductions():
+    func = ops.sum((64, 8), axis=1)
+    sch = Schedule(func)
+    assert _init(AddRFactor()).apply(sch, _blocks(func)[0]) == [sch]
+
+
+# -- ParallelVectorizeUnroll and RandomComputeLocation ---------------------------------------
+def test_parallel_vectorize_unroll_annotates_root_with_samples():
+    func, _ = elementwise_chain()
+    rule = _init(ParallelVectorizeUnroll())
+    sch = Schedule(func, seed=0)
+    assert rule.apply(sch, "relu") == [sch]
+    (new,) = rule.apply(sch, "root")
+    notes = dict(tree.find_block(new.func, "root").node.block.annotations)
+    assert set(notes) == {PARALLEL_KEY, VECTORIZE_KEY, UNROLL_KEY}
+    assert notes[VECTORIZE_KEY] == 64
+    kinds = [i.kind for i in new.trace]
+    assert kinds.count("sample_categorical") == 2
+    # The annotation follows a mutated decision on replay.
+    index = kinds.index("sample_categorical")
+    replayed = new.trace.with_decision(index, 0).apply(func)
+    notes = dict(tree.find_block(replayed.func, "root").node.block.annotations)
+    assert notes[PARALLEL_KEY] == 1
+
+
+def test_random_compute_location_samples_the_padding_stage():
+    func, ref = conv2d(n=1, c=2, h=4, w=4, f=2, r=3, pad=1)
+    rule = _init(RandomComputeLocation())
+    (sch,) = rule.apply(Schedule(func, seed=0), "pad")
+    assert [i.kind for i in sch.trace][-2:] == ["sample_compute_location", "compute_at"]
+    for seed in range(4):
+        check_interp(sch.trace.without_decisions().apply(func, seed=seed).func, ref)
+    sch = Schedule(func)
+    assert rule.apply(sch, "conv") == [sch]  # writes the output
+
+
+def test_create_and_default_rules():
+    assert [r.name for r in default_rules(TARGET)] == [
+        "auto_inline", "rfactor", "multi_level_tiling", "parallel_vectorize_unroll",
+        "random_compute_location"]
+    with pytest.raises(ScheduleError, match="unknown schedule rule"):
+        create("tile_everything")
+    rule = AutoInline()
+    assert create(rule) is rule
+    with pytest.raises(ScheduleError, match="only CPU"):
+        default_rules(Target("cuda -arch=sm_80"))
+
+
+# -- post-processors -------------------------------------------------------------------------
+def _annotated_matmul():
+    func, ref = matmul(32, 48, 16)
+    sch = Schedule(func, seed=3)
+    (sch,) = _init(MultiLevelTiling(pack=False, write_levels=(1,))).apply(sch, "C")
+    root = sch.get_block("root")
+    sch.annotate(root, PARALLEL_KEY, 8)
+    sch.annotate(root, VECTORIZE_KEY, 64)
+    sch.annotate(root, UNROLL_KEY, 64)
+    return func, ref, sch
+
+
+def test_postprocs_realise_annotations():
+    func, ref, sch = _annotated_matmul()
+    decided = sch.trace
+    assert apply_postprocs(sch, default_postprocs(TARGET))
+    loops = collect(sch.func.body, For)
+    assert any(lp.kind == PARALLEL for lp in loops)
+    assert any(lp.kind == VECTORIZED for lp in loops)
+    assert any(dict(lp.annotations).get("pragma_auto_unroll_max_step") == 64 for lp in loops)
+    root = tree.find_block(sch.func, "root").node.block
+    assert set(dict(root.annotations)) == {POSTPROC_MARKER}
+    assert "C_init" in _blocks(sch.func)
+    check_interp(sch.func, ref)
+    # The final trace replays without post-processors; stripping gives the decided trace.
+    full = Trace.from_json(sch.trace.to_json())
+    assert structural_equal(full.apply(func).func, sch.func)
+    assert strip_postproc(full) == decided
+    # Post-processing twice changes nothing (only the verifiers run again).
+    before = len(sch.trace)
+    assert apply_postprocs(sch, default_postprocs(TARGET))
+    assert len(sch.trace) == before
+
+
+def test_decompose_reductions_alone():
+    func, ref = matmul(4, 6, 5)
+    sch = Schedule(func)
+    assert DecomposeReductions().apply(sch)
+    assert _blocks(sch.func) == ["C_init", "C"]
+    check_interp(sch.func, ref)
+
+
+def test_rewrite_without_annotations_is_a_no_op():
+    func, _ = matmul(4, 6, 5)
+    sch = Schedule(func)
+    proc = RewriteParallelVectorizeUnroll()
+    proc.initialize(TARGET)
+    assert proc.apply(sch) and len(sch.trace) == 0
+
+
+def test_vectorize_splits_long_loops_by_a_register_multiple():
+    func, ref = elementwise_chain(3, 96)
+    sch = Schedule(func)
+    for name in ("scale", "shift"):
+        sch.compute_inline(sch.get_block(name))
+    sch.annotate(sch.get_block("root"), VECTORIZE_KEY, 64)
+    proc = RewriteParallelVectorizeUnroll()
+    proc.initialize(TARGET)
+    assert proc.apply(sch)
+    vec = [lp for lp in collect(sch.func.body, For) if lp.kind == VECTORIZED]
+    assert [lp.extent.value for lp in vec] == [48]
+    check_interp(sch.func, ref)
+
+
+def test_verify_cpu_limits():
+    func, _ = matmul(8, 8, 4)
+    sch = Schedule(func)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.parallel(i)
+    sch.parallel(j)
+    assert "nested" in verify_cpu(sch.func)
+    assert not VerifyCPU().apply(sch)
+    sch = Schedule(func)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.vectorize(j)
+    assert verify_cpu(sch.func) is None
+    assert "extent 8 > 4" in verify_cpu(sch.func, max_vector_extent=4)
+    sch = Schedule(func)
+    sch.bind(sch.get_loops(sch.get_block("C"))[0], "threadIdx.x")
+    assert "bound to threadIdx.x" in verify_cpu(sch.func)
+    assert verify_gpu(sch.func, max_threads=1024, max_shared=1024) is None
+    assert "threads per block" in verify_gpu(sch.func, max_threads=4, max_shared=1024)
