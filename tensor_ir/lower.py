@@ -3,6 +3,9 @@
 The lowered form holds only For, SeqStmt, IfThenElse, BufferStore, LetStmt, Allocate and
 Evaluate statements; it is what the interpreter and the code generators consume.
 
+0. Buffers blocks allocate are compacted (:mod:`tensor_ir.compact`): each moves to the lowest
+   loop enclosing all its accesses -- so under a parallel loop every thread gets its own --
+   and shrinks to the region one iteration of that loop touches.
 1. Each BlockRealize is replaced by its block's body with the block iteration variables
    substituted by their bound values, guarded by the realize predicate.
 2. A reduction block's init runs when every reduce iteration value is at its domain's start.
@@ -11,6 +14,7 @@ Evaluate statements; it is what the interpreter and the code generators consume.
 """
 from __future__ import annotations
 
+from .compact import compact_buffer_allocation
 from .expr import IntImm, equal, logic_and
 from .func import PrimFunc
 from .stmt import (
@@ -49,6 +53,7 @@ def lower(func: PrimFunc) -> PrimFunc:
             return _lower_realize(n)
         return None
 
+    func = compact_buffer_allocation(func)
     body = transform(func.body, fn)
     body = simplify(body)
     return PrimFunc(func.params, body, func.name, func.attrs + (("lowered", True),))

@@ -6,7 +6,9 @@ from dataclasses import replace as dc_replace
 
 from tensor_ir import dtype as dt
 from tensor_ir.buffer import Buffer
-from tensor_ir.expr import And, BinOp, BufferLoad, IntImm, PrimExpr, Var, binary
+from tensor_ir.expr import (
+    And, BinOp, BufferLoad, IntImm, PrimExpr, Var, binary, const, logic_and, select,
+)
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import (
     REDUCE, SPATIAL, TRUE, Block, BlockRealize, BufferStore, For, IterVar,
@@ -58,11 +60,22 @@ def rfactor(func: PrimFunc, loop_var: Var, factor_axis: int) -> tuple[PrimFunc, 
     ``-(ndim + 1) <= factor_axis <= ndim``; no consumer of the output shares the block's
     top-level loop nest.
 
+    Every partial result starts at the combiner's identity (0, 1, +inf, -inf), also those no
+    iteration contributes to: when the reduction's extent is not a multiple of the split
+    factor (or smaller than it) the conjuncts of the block's predicate that constrain reduce
+    loops move into the update as a select, so that the rf block's init runs for every
+    partial the final reduction reads.  Conjuncts over other loops (spatial guards) stay on
+    the realize.
+
     Before / after (rfactor(ki, 0) with k = ko * 4 + ki)::
 
         for i, ko, ki: C[i] += A[i, ko * 4 + ki]
           =>  for i, ko, ki: C_rf[ki, i] += A[i, ko * 4 + ki]      (block C_rf)
               for ax0, ax1: C[v0] += C_rf[v1, v0]                  (block C)
+
+    and with k = ko * 4 + ki < 10 (a split of 10 by 4)::
+
+        for i, ko, ki: C_rf[ki, i] = select(ko * 4 + ki < 10, C_rf[ki, i] + A[..], C_rf[ki, i])
     """
     what = "rfactor"
     lloc = tree.find_loop(func, loop_var)
@@ -134,12 +147,37 @@ def rfactor(func: PrimFunc, loop_var: Var, factor_axis: int) -> tuple[PrimFunc, 
             return BufferStore(rf_buf, n.value, rf_indices(n.indices))
         return None
 
+    identity = _identity(op, out.dtype)
+
+    def to_rf_init(n):
+        # NOTE: partials start at the identity, not at the block's init value: the final
+        # reduction starts from that init and combines every partial, so a non-identity init
+        # (te.sum(..., init=5)) must be counted once, not once per partial.
+        if isinstance(n, BufferStore) and n.buffer is out:
+            return BufferStore(rf_buf, identity, rf_indices(n.indices))
+        return None
+
     rf_body = transform(substitute(st, old_reduce), to_rf)
-    rf_init = transform(blk.init, to_rf)
+    rf_init = transform(blk.init, to_rf_init)
+
+    # A predicate conjunct over reduce loops only (the guard of a non-divisible split of the
+    # reduction) may be false at the reduce-min point where the init runs -- for some partials
+    # at every point.  Evaluated inside the update instead, it no longer skips the init.
+    kept_pred, guard = TRUE, None
+    for c in _conjuncts(realize.predicate):
+        used = collect(c, Var)
+        if used and all(v in loop_to_iter for v in used):
+            c = substitute(c, loop_to_iter)
+            guard = c if guard is None else logic_and(guard, c)
+        else:
+            kept_pred = c if kept_pred is TRUE else logic_and(kept_pred, c)
+    if guard is not None:
+        current_rf = BufferLoad(rf_buf, rf_body.indices)
+        rf_body = BufferStore(rf_buf, select(guard, rf_body.value, current_rf), rf_body.indices)
     rf_name = B.unique_name(B.block_names(func), f"{block}_rf")
     rf_blk = recompute_regions(Block(rf_name, tuple(new_iters), (), (), rf_body, rf_init, (),
                                      blk.annotations))
-    rf_realize = BlockRealize(tuple(new_values), realize.predicate, rf_blk)
+    rf_realize = BlockRealize(tuple(new_values), kept_pred, rf_blk)
 
     # 3. The final reduction over the partial results, in a fresh nest after the rf nest.
     spatial, rename = _fresh_iters([iv for iv in blk.iter_vars if iv.kind == SPATIAL])
@@ -250,6 +288,16 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
     else:
         new = tree.replace(new, loop, seq(stmt, loop))
     return new, init_name
+
+
+def _identity(op: str, dtype: str) -> PrimExpr:
+    """The identity element of the combiner ``op`` in ``dtype``."""
+    if op == "+":
+        return const(0, dtype)
+    if op == "*":
+        return const(1, dtype)
+    # min starts from the largest value (+inf for floats), max from the smallest.
+    return const(dt.max_value(dtype) if op == "min" else dt.min_value(dtype), dtype)
 
 
 def _fresh_iters(iters: list) -> tuple[list, dict]:

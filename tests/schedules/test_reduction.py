@@ -2,6 +2,7 @@
 preconditions raise ScheduleError."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from schedules import tree
@@ -10,6 +11,8 @@ from schedules.primitives import loops
 from schedules.primitives.cache import cache_write
 from schedules.primitives.compute_at import reverse_compute_at
 from schedules.primitives.reduction import decompose_reduction, rfactor
+from tensor_ir import te
+from tensor_ir.expr import IntImm
 
 from .block_workloads import check, conv2d, layer_norm, matmul, softmax
 
@@ -113,3 +116,44 @@ def test_decompose_reduction_errors():
     fused, _ = loops.fuse(func, [j, k])
     with pytest.raises(ScheduleError, match="both spatial and reduce"):
         decompose_reduction(fused, "C", loop_vars(fused, "C")[0])
+
+
+@pytest.mark.parametrize("k,factor,which", [(3, 4, 1), (10, 4, 1), (10, 4, 0), (5, 8, 1),
+                                            (10, 3, 0)])
+def test_rfactor_non_divisible_split_initialises_every_partial(k, factor, which):
+    # Partials whose rf index no iteration reaches (ki = 3 when k = 3 is split by 4) were never
+    # initialised, and the final reduction read whatever the allocation held (NaN in the
+    # interpreter).
+    func, inputs, refs = matmul(k=k)
+    _, _, kv = loop_vars(func, "C")
+    func, ks = loops.split(func, kv, [None, factor])
+    out, rf = rfactor(func, ks[which], 0)
+    rf_realize = tree.find_block(out, rf).node
+    # The reduce guard moved into the update; no spatial guard was there to keep.
+    assert isinstance(rf_realize.predicate, IntImm) and rf_realize.predicate.value
+    check(out, inputs, refs)
+
+
+def test_rfactor_non_divisible_max_and_spatial_guard_kept():
+    # max needs -inf, not 0, in untouched partials; the guard of a non-divisible spatial split
+    # stays on the realize (it keeps the stores inside the buffer).
+    func, inputs, refs = softmax(m=6, n=3)
+    i, k = loop_vars(func, "maxelem")
+    func, _ = loops.split(func, i, [None, 4])
+    func, (ko, ki) = loops.split(func, k, [None, 4])
+    out, rf = rfactor(func, ki, 1)
+    pred = tree.find_block(out, rf).node.predicate
+    assert not isinstance(pred, IntImm)
+    check(out, inputs, refs)
+
+
+def test_rfactor_partials_start_at_identity_not_init():
+    A = te.placeholder((4, 6), "float32", name="A")
+    r = te.reduce_axis(6, name="k")
+    C = te.compute((4,), lambda i: te.sum(A[i, r], axis=r, init=5.0), name="C")
+    func = te.create_prim_func([A, C])
+    a = np.random.default_rng(4).standard_normal((4, 6)).astype("float32")
+    _, kv = loop_vars(func, "C")
+    func, (ko, ki) = loops.split(func, kv, [None, 4])
+    out, _ = rfactor(func, ki, 0)
+    check(out, [a], [a.sum(axis=1) + 5.0])
