@@ -1,1 +1,52 @@
-"""Package records: see DESIGN.md; filled in by later milestones."""
+"""records: workload identity, tuning records and the tuning-record database.
+
+    from records import Database, TuningRecord, Workload
+    with Database("tuning.db") as db:
+        key = db.commit_workload(Workload(func))
+        db.commit_records([TuningRecord.from_measure(key, target, trace, result, config)])
+        best = db.best_k(key, target, k=1)[0]
+        sch = best.trace().apply(func)
+
+``python -m records export|import|info`` moves records between files and machines.  This
+package sits between ``schedules`` and ``cost_models``: it never imports the tuner above it.
+"""
+from __future__ import annotations
+
+from .database import SCHEMA_VERSION, Database, RecordsWarning, canonical_target
+from .errors import DatabaseError
+from .fingerprint import fingerprint_differences, hardware_hash, target_fingerprint
+from .jsonl import export_jsonl, import_jsonl
+from .memory import MemoryDatabase
+from .record import (
+    ERROR_KINDS,
+    MeasureResult,
+    TuningRecord,
+    host_name,
+    library_version,
+    trace_hash,
+    trace_text,
+)
+from .workload import Workload, describe
+
+__all__ = [
+    "ERROR_KINDS",
+    "SCHEMA_VERSION",
+    "Database",
+    "DatabaseError",
+    "MeasureResult",
+    "MemoryDatabase",
+    "RecordsWarning",
+    "TuningRecord",
+    "Workload",
+    "canonical_target",
+    "describe",
+    "export_jsonl",
+    "fingerprint_differences",
+    "hardware_hash",
+    "host_name",
+    "import_jsonl",
+    "library_version",
+    "target_fingerprint",
+    "trace_hash",
+    "trace_text",
+]

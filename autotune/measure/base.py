@@ -10,19 +10,20 @@ A candidate is a scheduled, un-lowered PrimFunc; nothing here knows about schedu
 Every failure is a result, never an exception: a build error, a time-out, a crashed kernel, a
 wrong answer each come back as a ``MeasureResult`` with ``error_kind`` set and a readable
 ``error_msg``.  Exceptions are left for misuse (mismatched list lengths, a closed runner).
+``MeasureResult`` and ``ERROR_KINDS`` live in :mod:`records.record` (the database stores them
+and sits below this package) and are re-exported here.
 
 Implementations: ``LocalBuilder`` (process pool) and ``LocalRunner`` (isolated worker process)
 here; a CUDA runner and a distributed runner implement the same two ABCs.
 """
 from __future__ import annotations
 
-import math
 import os
-import statistics
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from records.record import ERROR_KINDS, MeasureResult
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
@@ -37,13 +38,6 @@ __all__ = [
     "Runner",
     "measure",
 ]
-
-# What went wrong with a candidate.  "build": lowering / codegen / compilation failed or timed
-# out; "timeout": the kernel ran longer than MeasureConfig.timeout; "crash": the kernel killed
-# its process (segfault, abort, ...); "wrong_result": its output differs from the reference (or
-# it wrote into an input); "runtime": anything else while running (artifact would not load,
-# target is not this machine, the reference could not be computed).
-ERROR_KINDS = ("build", "timeout", "crash", "wrong_result", "runtime")
 
 # When outputs are compared with the reference.  "best": the first candidate of each workload
 # and every candidate that would become the workload's new best; "all": every candidate;
@@ -139,76 +133,6 @@ class BuildResult:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-@dataclass(frozen=True)
-class MeasureResult:
-    """The outcome of measuring one candidate.
-
-    run_times      seconds per call, one entry per repeat (empty on error).
-    median         median of run_times; math.inf on error, so errors sort last.
-    error_kind     None, or one of ERROR_KINDS.
-    error_msg      readable cause ("wrong result: max abs diff 3.2 at C[4, 7] ...").
-    number         calls per repeat that were timed.
-    checked        whether the outputs were compared with the reference (and matched).
-    stopped_early  the slow-candidate rule or the time-out budget cut the repeats short.
-    build_seconds  time the builder spent on the candidate.
-    run_seconds    wall time the runner spent on the candidate, overhead included.
-    kernel_seconds time spent inside the kernel itself (warm-up, repeats, check run).
-    """
-
-    run_times: list[float]
-    median: float
-    error_kind: str | None = None
-    error_msg: str | None = None
-    number: int = 0
-    checked: bool = False
-    stopped_early: bool = False
-    build_seconds: float = 0.0
-    run_seconds: float = 0.0
-    kernel_seconds: float = 0.0
-
-    def __post_init__(self):
-        if self.error_kind is not None and self.error_kind not in ERROR_KINDS:
-            raise ValueError(f"unknown error kind {self.error_kind!r}; expected one of "
-                             f"{', '.join(ERROR_KINDS)}")
-
-    @property
-    def is_error(self) -> bool:
-        return self.error_kind is not None
-
-    @staticmethod
-    def error(kind: str, message: str, build_seconds: float = 0.0,
-              run_seconds: float = 0.0, kernel_seconds: float = 0.0) -> MeasureResult:
-        return MeasureResult([], math.inf, kind, message, build_seconds=build_seconds,
-                             run_seconds=run_seconds, kernel_seconds=kernel_seconds)
-
-    @staticmethod
-    def success(run_times: Sequence[float], number: int, checked: bool,
-                stopped_early: bool = False, build_seconds: float = 0.0,
-                run_seconds: float = 0.0, kernel_seconds: float = 0.0) -> MeasureResult:
-        times = [float(t) for t in run_times]
-        if not times:
-            raise ValueError("a successful MeasureResult needs at least one run time")
-        return MeasureResult(times, statistics.median(times), None, None, number, checked,
-                             stopped_early, build_seconds, run_seconds, kernel_seconds)
-
-    def to_json(self) -> dict:
-        """JSON-compatible dict (math.inf becomes None)."""
-        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        out["median"] = None if math.isinf(self.median) else self.median
-        out["run_times"] = list(self.run_times)
-        return out
-
-    @staticmethod
-    def from_json(data: dict) -> MeasureResult:
-        values = dict(data)
-        unknown = set(values) - set(MeasureResult.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"MeasureResult JSON has unknown fields: {', '.join(sorted(unknown))}")
-        values["run_times"] = [float(t) for t in values.get("run_times", [])]
-        values["median"] = math.inf if values.get("median") is None else float(values["median"])
-        return MeasureResult(**values)
 
 
 class Builder(ABC):

@@ -1,0 +1,8 @@
+"""DatabaseError: the one error type the tuning-record database raises."""
+from __future__ import annotations
+
+
+class DatabaseError(RuntimeError):
+    """A database file cannot be used (not SQLite, corrupt, foreign, newer schema), a record
+    or an import line is malformed, or an operation refers to something the database lacks.
+    The message names the file (and line, for imports) and what was wrong."""
