@@ -4,7 +4,9 @@ from __future__ import annotations
 from tensor_ir.target import Target, TargetError
 
 from .build import Kernel, ParamSpec, build, load_module, parse_target
+from .history import MissingRecordError, apply_history_best
 
 __all__ = [
-    "build", "load_module", "Kernel", "ParamSpec", "Target", "TargetError", "parse_target",
+    "build", "load_module", "apply_history_best", "MissingRecordError", "Kernel", "ParamSpec",
+    "Target", "TargetError", "parse_target",
 ]

@@ -211,6 +211,13 @@ def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None
     if not isinstance(func, PrimFunc):
         raise BuildError(f"build takes a PrimFunc, got {type(func).__name__}")
     llvm_target, num_cores = parse_target(target)
+    from .history import current
+
+    context = current()
+    if context is not None and not func.attr("lowered"):
+        scheduled = context.lookup(func, "llvm" if target is None else target)
+        if scheduled is not None:
+            func = scheduled
     lowered = lower(func)
     options = CodegenOptions(num_threads=num_cores, triple=llvm_target.triple)
     module = codegen(lowered, name, options)

@@ -1,0 +1,101 @@
+"""apply_history_best: builds use the best stored schedule; missing records warn once or raise."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import autotune
+from benchmarks.matmul_schedule import schedule_matmul
+from records import Database, TuningRecord, Workload
+from tensor_ir import ops
+from tensor_ir.func import structural_equal
+from tensor_ir.lower import lower
+
+
+def _db_with_matmul_record(n=64, median=1e-3):
+    func = ops.matmul(n, n, n)
+    sch = schedule_matmul(func)
+    db = Database()
+    key = db.commit_workload(Workload(func))
+    target = str(autotune.Target("llvm"))
+    db.commit_records([TuningRecord(key, target, sch.trace, run_times=[median], median=median)])
+    return db, func, sch
+
+
+def _run(kernel, n):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n), "float32"), rng.standard_normal((n, n), "float32")
+    out = np.empty((n, n), "float32")
+    kernel(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_build_uses_the_best_record():
+    db, func, sch = _db_with_matmul_record()
+    with autotune.apply_history_best(db) as ctx:
+        kernel = autotune.build(func, target="llvm")
+    assert structural_equal(kernel.func, lower(sch.func))
+    _run(kernel, 64)
+    cov = ctx.coverage()
+    assert cov["served"] == 1 and cov["fallback"] == []
+    # Outside the context the plain function is built again.
+    assert not structural_equal(autotune.build(func).func, lower(sch.func))
+
+
+def test_best_of_several_records_is_chosen():
+    db, func, sch = _db_with_matmul_record(median=2e-3)
+    key = Workload(func).key
+    slower = TuningRecord(key, str(autotune.Target("llvm")), schedule_matmul(func, rows=4).trace,
+                          run_times=[5e-3], median=5e-3)
+    db.commit_records([slower])
+    with autotune.apply_history_best(db):
+        kernel = autotune.build(func)
+    assert structural_equal(kernel.func, lower(sch.func))
+
+
+def test_missing_record_falls_back_and_warns_once(caplog):
+    db, _, _ = _db_with_matmul_record()
+    other = ops.softmax((8, 24))
+    with caplog.at_level(logging.WARNING, logger="autotune"):
+        with autotune.apply_history_best(db) as ctx:
+            k1 = autotune.build(other)
+            k2 = autotune.build(other)
+    warnings = [r for r in caplog.records if "apply_history_best" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "softmax" in warnings[0].getMessage()
+    assert ctx.coverage()["served"] == 0 and len(ctx.coverage()["fallback"]) == 2
+    assert structural_equal(k1.func, k2.func)
+
+
+def test_strict_mode_raises_naming_the_workload():
+    db, _, _ = _db_with_matmul_record()
+    with pytest.raises(autotune.MissingRecordError, match="softmax"):
+        with autotune.apply_history_best(db, strict=True):
+            autotune.build(ops.softmax((8, 24)))
+
+
+def test_records_of_another_target_are_not_used():
+    db, func, sch = _db_with_matmul_record()
+    with autotune.apply_history_best(db) as ctx:
+        kernel = autotune.build(func, target="llvm -num-cores 1")
+    assert ctx.coverage()["served"] == 0
+    assert not structural_equal(kernel.func, lower(sch.func))
+    with autotune.apply_history_best(db, compatible_targets=["llvm"]) as ctx:
+        kernel = autotune.build(func, target="llvm -num-cores 1")
+    assert ctx.coverage()["served"] == 1
+
+
+def test_database_path_is_opened(tmp_path):
+    path = tmp_path / "t.db"
+    db, func, sch = _db_with_matmul_record()
+    db.close()
+    disk = Database(str(path))
+    key = disk.commit_workload(Workload(func))
+    disk.commit_records([TuningRecord(key, str(autotune.Target("llvm")), sch.trace,
+                                      run_times=[1e-3], median=1e-3)])
+    disk.close()
+    with autotune.apply_history_best(str(path)):
+        kernel = autotune.build(func)
+    assert structural_equal(kernel.func, lower(sch.func))
