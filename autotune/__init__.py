@@ -4,9 +4,15 @@ from __future__ import annotations
 from tensor_ir.target import Target, TargetError
 
 from .build import Kernel, ParamSpec, build, load_module, parse_target
+from .executor import BenchmarkResult, BuildReport, Executor
+from .frontends import load_model
+from .graph import Model
+from .model_build import build_model
 from .history import MissingRecordError, apply_history_best
+from .tune import TuneError, TuneResult, tune
 
 __all__ = [
     "build", "load_module", "apply_history_best", "MissingRecordError", "Kernel", "ParamSpec",
-    "Target", "TargetError", "parse_target",
+    "Target", "TargetError", "parse_target", "tune", "TuneResult", "TuneError",
+    "load_model", "build_model", "Model", "Executor", "BuildReport", "BenchmarkResult",
 ]

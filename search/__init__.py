@@ -1,1 +1,42 @@
-"""Package search: see DESIGN.md; filled in by later milestones."""
+"""search: strategies that propose candidates to measure, and the tuning loop that runs them.
+
+    import search
+    strategy = search.create("evolutionary", seed=0)     # or "random", or an instance
+    loop = search.TuningLoop(space, strategy, cost_model, builder, runner, make_input, db)
+    result = loop.run(trials=64)                        # generate, build, run, record, retrain
+    loop.remeasure_top(k=3)                             # noise-robust best
+
+``autotune.tune`` is the public entry point built on this; this package sits below
+``autotune`` and receives its builder and runner as arguments.
+"""
+from __future__ import annotations
+
+from . import mutators
+from .evolutionary import EvolutionarySearch
+from .loop import LoopResult, TrialResult, TuningLoop, make_logger, workload_cost
+from .mutators import Mutator, default_mutators, mutate
+from .pool import CandidatePool, PhaseTimers, SearchCandidate
+from .random_search import RandomSearch
+from .strategy import SearchError, SearchStrategy, create, kinds, register
+
+__all__ = [
+    "CandidatePool",
+    "EvolutionarySearch",
+    "LoopResult",
+    "Mutator",
+    "PhaseTimers",
+    "RandomSearch",
+    "SearchCandidate",
+    "SearchError",
+    "SearchStrategy",
+    "TrialResult",
+    "TuningLoop",
+    "create",
+    "default_mutators",
+    "kinds",
+    "make_logger",
+    "mutate",
+    "mutators",
+    "register",
+    "workload_cost",
+]

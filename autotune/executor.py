@@ -1,0 +1,289 @@
+"""A built model: preallocated buffers, kernels called in order, ``run`` and ``benchmark``.
+
+    lib = autotune.build(model, target="llvm")
+    out = lib.run({"input": x})          # {output name: numpy array}
+    lib.benchmark()                      # BenchmarkResult: end-to-end latency
+    print(lib.report)                    # which fused functions use a tuning record
+
+Buffers follow the memory plan (graph/passes.py): storages are allocated once, 64-byte
+aligned, and every value is a numpy view into its storage; reshapes are views too.  ``run``
+copies the inputs into their buffers, calls each kernel with pointers bound at build time,
+and returns copies of the outputs, so an executor is reusable; a lock makes concurrent calls
+take turns (one run at a time).
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from tensor_ir.errors import BuildError
+
+from .graph.ir import Model
+from .graph.passes import ALIGNMENT, MemoryPlan
+from .graph.types import TensorType, contiguous
+
+__all__ = ["Executor", "Step", "BenchmarkResult", "FunctionReport", "BuildReport"]
+
+
+@dataclass
+class FunctionReport:
+    """One fused function of a built model: ``source`` is "record" (a tuning record's
+    schedule), "default" (the default schedule) or "unscheduled" (the plain loop nest, when
+    no default schedule could be sampled)."""
+
+    name: str
+    key: str
+    count: int
+    flops: int
+    source: str
+
+    @property
+    def tuned(self) -> bool:
+        return self.source == "record"
+
+
+@dataclass
+class BuildReport:
+    """Coverage of a model build by tuning records."""
+
+    model: str
+    target: str
+    functions: list[FunctionReport] = field(default_factory=list)
+
+    @property
+    def total_flops(self) -> int:
+        return sum(f.flops * f.count for f in self.functions)
+
+    @property
+    def coverage(self) -> float:
+        """Share of the model's FLOPs computed by functions that have a tuning record (1.0
+        for a model without floating-point work where every function is tuned)."""
+        total = self.total_flops
+        if total == 0:
+            return 1.0 if all(f.tuned for f in self.functions) else 0.0
+        return sum(f.flops * f.count for f in self.functions if f.tuned) / total
+
+    @property
+    def fallbacks(self) -> list[FunctionReport]:
+        return [f for f in self.functions if not f.tuned]
+
+    @property
+    def tuned(self) -> list[FunctionReport]:
+        return [f for f in self.functions if f.tuned]
+
+    def __str__(self) -> str:
+        lines = [f"build of {self.model} for {self.target}: {len(self.tuned)} of "
+                 f"{len(self.functions)} fused functions from tuning records, "
+                 f"{self.coverage:.1%} of {self.total_flops / 1e9:.3f} GFLOP"]
+        for f in sorted(self.functions, key=lambda f: -f.flops * f.count):
+            share = f.flops * f.count / self.total_flops if self.total_flops else 0.0
+            lines.append(f"  {f.source:<11} x{f.count:<3} {share:6.1%}  {f.name} "
+                         f"[{f.key[:12]}]")
+        return "\n".join(lines)
+
+
+@dataclass
+class Step:
+    """One kernel call: ``kernel`` takes ``args`` (value names) in order."""
+
+    name: str
+    kernel: object
+    args: list[str]
+    key: str
+
+
+@dataclass
+class BenchmarkResult:
+    """End-to-end latencies in milliseconds, one per repeat (``number`` runs each)."""
+
+    times_ms: list[float]
+    number: int
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def mean_ms(self) -> float:
+        return statistics.fmean(self.times_ms)
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.times_ms)
+
+    @property
+    def std_ms(self) -> float:
+        return statistics.pstdev(self.times_ms) if len(self.times_ms) > 1 else 0.0
+
+    def __str__(self) -> str:
+        return (f"median {self.median_ms:.3f} ms, mean {self.mean_ms:.3f} ms, min "
+                f"{self.min_ms:.3f} ms (std {self.std_ms:.3f}, {len(self.times_ms)} repeats "
+                f"x {self.number})")
+
+
+def _aligned_storage(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % ALIGNMENT
+    return raw[offset:offset + nbytes]
+
+
+def _view(storage: np.ndarray, t: TensorType) -> np.ndarray:
+    return storage[:t.nbytes].view(t.dtype).reshape(t.shape)
+
+
+def _bind(kernel, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
+    """A call of ``kernel`` on ``arrays`` with the pointers resolved once.
+
+    The arrays are fixed for the executor's life, so the per-call argument checks of
+    ``Kernel.__call__`` are done here once (they cost tens of microseconds per call, which
+    adds up over a model's kernels).  Kernels without that fast path are called normally."""
+    check = getattr(kernel, "_check", None)
+    cfunc = getattr(kernel, "_cfunc", None)
+    if check is None or cfunc is None:
+        return lambda: kernel(*arrays)
+    pointers = tuple(check(tuple(arrays)))
+    return lambda: cfunc(*pointers)
+
+
+class Executor:
+    """A model compiled for one target; see the module text."""
+
+    def __init__(self, model: Model, steps: list[Step], plan: MemoryPlan,
+                 views: Mapping[str, str], report: BuildReport, target: str):
+        self.model = model
+        self.steps = steps
+        self.plan = plan
+        self.report = report
+        self.target = target
+        self._lock = threading.Lock()
+        self._storages = [_aligned_storage(n) for n in plan.sizes]
+        arrays: dict[str, np.ndarray] = {}
+        for name, array in model.constants.items():
+            arrays[name] = contiguous(array)
+        for value, sid in plan.storage.items():
+            if value not in views:
+                arrays[value] = _view(self._storages[sid], model.types[value])
+        # Views in definition order: each source is defined before it.
+        for value, source in views.items():
+            arrays[value] = arrays[source].reshape(model.types[value].shape)
+        self._arrays = arrays
+        missing = [v for s in steps for v in s.args if v not in arrays]
+        if missing:
+            raise BuildError(f"executor of {model.name}: values {missing[:5]} have no buffer")
+        self._calls = [_bind(s.kernel, [arrays[v] for v in s.args]) for s in steps]
+
+    # -- information --------------------------------------------------------------------------
+    @property
+    def input_types(self) -> dict[str, TensorType]:
+        return self.model.input_types()
+
+    @property
+    def output_types(self) -> dict[str, TensorType]:
+        return self.model.output_types()
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the planned intermediate, input and output buffers (not the weights)."""
+        return self.plan.total_bytes
+
+    def __repr__(self) -> str:
+        return (f"Executor({self.model.name}, {len(self.steps)} kernels, "
+                f"{self.memory_bytes / 2**20:.1f} MiB buffers, target={self.target!r})")
+
+    # -- running ------------------------------------------------------------------------------
+    def _set_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
+        if not isinstance(inputs, Mapping):
+            raise BuildError(f"run takes a dict {{input name: array}}, got "
+                             f"{type(inputs).__name__}")
+        unknown = sorted(set(inputs) - set(self.model.inputs))
+        if unknown:
+            raise BuildError(f"{self.model.name} has no input(s) {unknown}; its inputs are "
+                             f"{self.model.inputs}")
+        for name in self.model.inputs:
+            if name not in inputs:
+                raise BuildError(f"run: no value for input {name!r} "
+                                 f"({self.model.types[name]})")
+            value = np.asarray(inputs[name])
+            dest = self._arrays[name]
+            if value.shape != dest.shape:
+                raise BuildError(f"run: input {name!r} must have shape {dest.shape}, got "
+                                 f"{value.shape}")
+            # Another precision of the same kind (float64 for float32) is converted; a
+            # different kind (integers for floats) is most likely a mistake.
+            if value.dtype.kind != dest.dtype.kind:
+                raise BuildError(f"run: input {name!r} must be {dest.dtype}, got "
+                                 f"{value.dtype}")
+            np.copyto(dest, value, casting="same_kind")
+
+    def _execute(self) -> None:
+        for call in self._calls:
+            call()
+
+    def run(self, inputs: Mapping[str, np.ndarray] | None = None, **named
+            ) -> dict[str, np.ndarray]:
+        """Run the model on ``{input name: array}`` (or keyword arguments); returns
+        ``{output name: array}`` (fresh arrays, not the executor's buffers)."""
+        feed = dict(inputs or {})
+        feed.update(named)
+        with self._lock:
+            self._set_inputs(feed)
+            self._execute()
+            return {name: np.array(self._arrays[name], copy=True)
+                    for name in self.model.outputs}
+
+    __call__ = run
+
+    def profile(self, inputs: Mapping[str, np.ndarray] | None = None, repeat: int = 5
+                ) -> list[tuple[str, float]]:
+        """(step name, median milliseconds) of every kernel call, in execution order."""
+        if inputs is None:
+            inputs = self._random_inputs()
+        with self._lock:
+            self._set_inputs(inputs)
+            samples: list[list[float]] = [[] for _ in self._calls]
+            for _ in range(max(1, repeat)):
+                for k, call in enumerate(self._calls):
+                    start = time.perf_counter()
+                    call()
+                    samples[k].append((time.perf_counter() - start) * 1e3)
+        return [(step.name, statistics.median(s)) for step, s in zip(self.steps, samples)]
+
+    def _random_inputs(self) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(0)
+        return {name: rng.uniform(-1, 1, t.shape).astype(t.dtype)
+                for name, t in self.input_types.items()}
+
+    def benchmark(self, inputs: Mapping[str, np.ndarray] | None = None, repeat: int = 10,
+                  number: int | None = None, min_repeat_ms: float = 50.0,
+                  warmup: int = 2) -> BenchmarkResult:
+        """End-to-end latency of ``run`` without the input and output copies.  ``number``
+        runs per repeat (default: grown until a repeat lasts ``min_repeat_ms``); the
+        inputs default to seeded random values."""
+        if inputs is None:
+            inputs = self._random_inputs()
+        with self._lock:
+            self._set_inputs(inputs)
+            for _ in range(max(0, warmup)):
+                self._execute()
+            if number is None:
+                number = 1
+                while True:
+                    start = time.perf_counter()
+                    for _ in range(number):
+                        self._execute()
+                    elapsed = (time.perf_counter() - start) * 1e3
+                    if elapsed >= min_repeat_ms or number >= 1 << 16:
+                        break
+                    number *= 2 if elapsed * 4 >= min_repeat_ms else 4
+            times = []
+            for _ in range(repeat):
+                start = time.perf_counter()
+                for _ in range(number):
+                    self._execute()
+                times.append((time.perf_counter() - start) * 1e3 / number)
+        return BenchmarkResult(times, number)

@@ -1,0 +1,19 @@
+"""Model graphs: IR, passes (folding, fusion, memory planning) and task extraction."""
+from __future__ import annotations
+
+from .errors import FrontendError, GraphError, UnsupportedOperatorError
+from .ir import GraphBuilder, Model, Node
+from .operators import OPS, OpDef, get_op
+from .passes import (
+    FusedGroup, MemoryPlan, eliminate_dead_code, fold_batch_norm, fold_constants, fuse_ops,
+    optimize, plan_memory,
+)
+from .tasks import GroupFunc, Task, count_flops, extract_tasks, group_func, partition
+from .types import TensorType
+
+__all__ = [
+    "FrontendError", "GraphError", "UnsupportedOperatorError", "GraphBuilder", "Model", "Node",
+    "OPS", "OpDef", "get_op", "FusedGroup", "MemoryPlan", "eliminate_dead_code",
+    "fold_batch_norm", "fold_constants", "fuse_ops", "optimize", "plan_memory", "GroupFunc",
+    "Task", "count_flops", "extract_tasks", "group_func", "partition", "TensorType",
+]

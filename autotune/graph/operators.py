@@ -1,0 +1,561 @@
+"""The operators a model graph may hold: shape inference, te-level definition and numpy meaning.
+
+Every graph operator is an :class:`OpDef`:
+
+* ``infer(types, attrs) -> TensorType``: the output type from the input types (shape errors
+  raise :class:`GraphError` naming the operator);
+* ``te(args, attrs, name) -> te.Tensor``: the operator as te stages (from ``tensor_ir.ops``
+  where the library has it), so that fusion can compose a group of operators into one PrimFunc;
+  binary elementwise operators also take a Python number for a scalar constant operand;
+* ``numpy(arrays, attrs) -> np.ndarray``: the same result with numpy, used by constant folding
+  and as the reference in tests;
+* ``kind``: the fusion pattern, as TVM's ``OpPatternKind``:
+
+  ``elemwise``   one output element from the same input element (relu, cast)
+  ``broadcast``  elementwise with numpy broadcasting (add with a bias)
+  ``injective``  each output element from some input element (transpose, pad, concat, slice)
+  ``reduction``  reduces along axes, possibly in several stages (softmax, layer_norm, pools)
+  ``compute``    compute-heavy reductions with data reuse (conv2d, matmul)
+  ``view``       no data movement on a contiguous buffer (reshape, identity): the executor
+                 makes a numpy view, no kernel.
+
+Attributes are plain Python values (ints, floats, tuples) kept normalised by the frontends
+(e.g. conv ``pads`` are always ``(top, left, bottom, right)``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from tensor_ir import ops, te
+from tensor_ir.ops.elemwise import erf_numpy
+from tensor_ir.ops.utils import broadcast_shape
+
+from .errors import GraphError
+from .types import TensorType, contiguous
+
+__all__ = ["OpDef", "OPS", "get_op", "ELEMWISE", "BROADCAST", "INJECTIVE", "REDUCTION",
+           "COMPUTE", "VIEW"]
+
+ELEMWISE, BROADCAST, INJECTIVE, REDUCTION, COMPUTE, VIEW = (
+    "elemwise", "broadcast", "injective", "reduction", "compute", "view")
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: str
+    arity: tuple[int, int]  # (min, max) number of inputs
+    infer: Callable
+    te: Callable
+    numpy: Callable
+    scalar_operands: bool = False  # a size-1 constant operand may be inlined as a number
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def get_op(name: str) -> OpDef:
+    op = OPS.get(name)
+    if op is None:
+        raise GraphError(f"unknown graph operator {name!r}; known: {', '.join(sorted(OPS))}")
+    return op
+
+
+def _register(name, kind, arity, infer, te_fn, np_fn, scalar_operands=False) -> None:
+    OPS[name] = OpDef(name, kind, arity, infer, te_fn, np_fn, scalar_operands)
+
+
+def _check(cond: bool, op: str, message: str) -> None:
+    if not cond:
+        raise GraphError(f"{op}: {message}")
+
+
+def _cast(result, dtype: str) -> np.ndarray:
+    return contiguous(np.asarray(result).astype(dtype, copy=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# elementwise and broadcast
+# ---------------------------------------------------------------------------------------------
+
+def _binary_infer(op):
+    def infer(types, attrs):
+        a, b = types
+        _check(a.dtype == b.dtype, op, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
+        try:
+            shape = broadcast_shape(a.shape, b.shape, op)
+        except Exception as err:  # TEError from the library's check
+            raise GraphError(str(err)) from None
+        return TensorType(shape, a.dtype)
+    return infer
+
+
+def _binary_te(combine, library=None):
+    """A broadcast binary stage; either side may be a Python number (an inlined scalar)."""
+    def build(args, attrs, name):
+        a, b = args
+        if library is not None:
+            return library(a, b, name=name)
+        if not isinstance(a, te.Tensor) or not isinstance(b, te.Tensor):
+            tensor = a if isinstance(a, te.Tensor) else b
+            scalar = te.const(float(b if tensor is a else a), tensor.dtype)
+            if tensor is a:
+                return te.compute(a.shape, lambda *i: combine(a[i], scalar), name=name)
+            return te.compute(b.shape, lambda *i: combine(scalar, b[i]), name=name)
+        shape = broadcast_shape(a.shape, b.shape, name)
+        return te.compute(shape, lambda *i: combine(a[_index(a, shape, i)],
+                                                    b[_index(b, shape, i)]), name=name)
+    return build
+
+
+def _index(tensor: te.Tensor, shape: tuple, idx: tuple) -> tuple:
+    """Indices into ``tensor`` for output element ``idx`` under numpy broadcasting.  Unlike
+    the library's broadcast_index, an axis of extent 1 in both is indexed by the loop
+    variable, not by 0: the consumer of a conv2d output of batch 1 then reads it with the
+    same indices it writes, which is what lets the design space fuse it into the conv's
+    tiles as an elementwise consumer."""
+    offset = len(shape) - tensor.ndim
+    return tuple(0 if extent == 1 and shape[offset + d] != 1 else idx[offset + d]
+                 for d, extent in enumerate(tensor.shape))
+
+
+def _binary_numpy(fn):
+    def run(arrays, attrs):
+        a, b = arrays
+        return _cast(fn(a.astype(np.float64) if a.dtype.kind == "f" else a,
+                        b.astype(np.float64) if b.dtype.kind == "f" else b), a.dtype)
+    return run
+
+
+def _power(x, y):
+    return te.power(x, y)
+
+
+for _name, _lib, _comb, _np in (
+        ("add", None, lambda x, y: x + y, np.add),
+        ("subtract", None, lambda x, y: x - y, np.subtract),
+        ("multiply", None, lambda x, y: x * y, np.multiply),
+        ("divide", None, lambda x, y: x / y, np.divide),
+        ("power", None, _power, np.power),
+        ("maximum", None, lambda x, y: te.max(x, y), np.maximum),
+        ("minimum", None, lambda x, y: te.min(x, y), np.minimum)):
+    _register(_name, BROADCAST, (2, 2), _binary_infer(_name), _binary_te(_comb, _lib),
+              _binary_numpy(_np), scalar_operands=True)
+
+
+def _same_type(types, attrs):
+    return types[0]
+
+
+def _unary(name, te_fn, np_fn) -> None:
+    _register(name, ELEMWISE, (1, 1), _same_type,
+              lambda args, attrs, n: te_fn(args[0], n),
+              lambda arrays, attrs: _cast(np_fn(arrays[0].astype(np.float64)),
+                                          arrays[0].dtype))
+
+
+def _stage(fn):
+    return lambda x, name: te.compute(x.shape, lambda *i: fn(x[i]), name=name)
+
+
+def _np_sigmoid(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+_unary("relu", lambda x, n: ops.te_relu(x, name=n), lambda x: np.maximum(x, 0))
+_unary("gelu", lambda x, n: ops.te_gelu(x, name=n),
+       lambda x: 0.5 * x * (1.0 + erf_numpy(x / math.sqrt(2.0))))
+_unary("erf", _stage(te.erf), erf_numpy)
+_unary("sigmoid", lambda x, n: ops.te_sigmoid(x, name=n), _np_sigmoid)
+_unary("tanh", lambda x, n: ops.te_tanh(x, name=n), np.tanh)
+_unary("sqrt", _stage(te.sqrt), np.sqrt)
+_unary("exp", _stage(te.exp), np.exp)
+_unary("log", _stage(te.log), np.log)
+_unary("abs", _stage(te.abs), np.abs)
+_unary("negative", _stage(lambda v: -v), np.negative)
+
+
+def _clip_te(args, attrs, name):
+    x = args[0]
+    lo, hi = attrs.get("min"), attrs.get("max")
+    if lo is not None and hi is not None:
+        return ops.te_clip(x, lo, hi, name=name)
+
+    def fn(v):
+        if lo is not None:
+            v = te.max(v, te.const(lo, x.dtype))
+        if hi is not None:
+            v = te.min(v, te.const(hi, x.dtype))
+        return v
+    return te.compute(x.shape, lambda *i: fn(x[i]), name=name)
+
+
+_register("clip", ELEMWISE, (1, 1), _same_type, _clip_te,
+          lambda arrays, attrs: _cast(np.clip(arrays[0], attrs.get("min"), attrs.get("max")),
+                                      arrays[0].dtype))
+
+
+def _cast_infer(types, attrs):
+    return TensorType(types[0].shape, attrs["dtype"])
+
+
+def _cast_te(args, attrs, name):
+    x = args[0]
+    return te.compute(x.shape, lambda *i: te.cast(attrs["dtype"], x[i]), name=name)
+
+
+_register("cast", ELEMWISE, (1, 1), _cast_infer, _cast_te,
+          lambda arrays, attrs: _cast(arrays[0], attrs["dtype"]))
+
+
+# ---------------------------------------------------------------------------------------------
+# compute-heavy: conv2d, matmul
+# ---------------------------------------------------------------------------------------------
+
+def _conv_infer(types, attrs):
+    op = "conv2d"
+    data, weight = types
+    _check(len(data.shape) == 4 and len(weight.shape) == 4, op,
+           f"data and weight must be rank 4 (NCHW, OIHW), got {data.shape} and {weight.shape}")
+    n, c, h, w = data.shape
+    k, cg, r, s = weight.shape
+    groups = attrs.get("groups", 1)
+    _check(c % groups == 0 and cg * groups == c, op,
+           f"weight {weight.shape} does not match {c} input channels in {groups} group(s)")
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    oh = (h + pt + pb - dh * (r - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (s - 1) - 1) // sw + 1
+    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
+    return TensorType((n, k, oh, ow), data.dtype)
+
+
+def _conv_te(args, attrs, name):
+    return ops.te_conv2d_nchw(args[0], args[1], attrs["strides"], attrs["pads"],
+                              attrs["dilations"], attrs.get("groups", 1), name=name)
+
+
+def _conv_numpy(arrays, attrs):
+    return ops.ref_conv2d_nchw(arrays[0], arrays[1], attrs["strides"], attrs["pads"],
+                               attrs["dilations"], attrs.get("groups", 1))
+
+
+_register("conv2d", COMPUTE, (2, 2), _conv_infer, _conv_te, _conv_numpy)
+
+
+def _matmul_dims(types, attrs):
+    op = "matmul"
+    a, b = types
+    _check(len(a.shape) >= 2 and len(b.shape) >= 2, op,
+           f"operands must have rank >= 2, got {a.shape} and {b.shape}")
+    _check(a.dtype == b.dtype, op, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
+    m, ka = a.shape[-2:]
+    if attrs.get("transpose_b", False):
+        n, kb = b.shape[-2:]
+    else:
+        kb, n = b.shape[-2:]
+    _check(ka == kb, op, f"reduction extents differ: {a.shape} @ {b.shape} "
+           f"(transpose_b={attrs.get('transpose_b', False)})")
+    try:
+        batch = broadcast_shape(a.shape[:-2], b.shape[:-2], op)
+    except Exception as err:
+        raise GraphError(str(err)) from None
+    return batch, m, n, ka
+
+
+def _matmul_infer(types, attrs):
+    batch, m, n, _ = _matmul_dims(types, attrs)
+    return TensorType(tuple(batch) + (m, n), types[0].dtype)
+
+
+def _matmul_te(args, attrs, name):
+    """out[..., i, j] = sum_k a[..., i, k] * b[..., k, j] (b[..., j, k] with transpose_b), the
+    batch axes broadcast as in numpy.matmul."""
+    a, b = args
+    batch, m, n, kext = _matmul_dims([TensorType(a.shape, a.dtype),
+                                      TensorType(b.shape, b.dtype)], attrs)
+    trans_b = attrs.get("transpose_b", False)
+    k = te.reduce_axis(kext, name="k")
+    nb = len(batch)
+
+    def batch_index(t, idx):
+        lead = t.ndim - 2
+        offset = nb - lead
+        return tuple(0 if t.shape[d] == 1 else idx[offset + d] for d in range(lead))
+
+    def fcompute(*idx):
+        head, i, j = idx[:nb], idx[nb], idx[nb + 1]
+        lhs = a[batch_index(a, head) + (i, k)]
+        rhs = b[batch_index(b, head) + ((j, k) if trans_b else (k, j))]
+        return te.sum(lhs * rhs, axis=k)
+
+    return te.compute(tuple(batch) + (m, n), fcompute, name=name)
+
+
+def _matmul_numpy(arrays, attrs):
+    a, b = arrays
+    if attrs.get("transpose_b", False):
+        b = np.swapaxes(b, -1, -2)
+    return _cast(np.matmul(a.astype(np.float64), b.astype(np.float64)), a.dtype)
+
+
+_register("matmul", COMPUTE, (2, 2), _matmul_infer, _matmul_te, _matmul_numpy)
+
+
+# ---------------------------------------------------------------------------------------------
+# reductions: pools, softmax, norms, reduce_*
+# ---------------------------------------------------------------------------------------------
+
+def _pool_infer(types, attrs):
+    x = types[0]
+    _check(len(x.shape) == 4, "pool2d", f"data must be NCHW, got {x.shape}")
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw) = attrs["kernel"], attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    oh = (h + pt + pb - kh) // sh + 1
+    ow = (w + pl + pr - kw) // sw + 1
+    _check(oh > 0 and ow > 0, "pool2d", f"output size {(oh, ow)} is not positive")
+    return TensorType((n, c, oh, ow), x.dtype)
+
+
+_register("max_pool2d", REDUCTION, (1, 1), _pool_infer,
+          lambda args, attrs, name: ops.te_max_pool2d(args[0], attrs["kernel"],
+                                                      attrs["strides"], attrs["pads"],
+                                                      name=name),
+          lambda arrays, attrs: ops.ref_max_pool2d(arrays[0], attrs["kernel"],
+                                                   attrs["strides"], attrs["pads"]))
+_register("avg_pool2d", REDUCTION, (1, 1), _pool_infer,
+          lambda args, attrs, name: ops.te_avg_pool2d(
+              args[0], attrs["kernel"], attrs["strides"], attrs["pads"],
+              attrs.get("count_include_pad", False), name=name),
+          lambda arrays, attrs: ops.ref_avg_pool2d(
+              arrays[0], attrs["kernel"], attrs["strides"], attrs["pads"],
+              attrs.get("count_include_pad", False)))
+
+
+def _gap_infer(types, attrs):
+    x = types[0]
+    _check(len(x.shape) == 4, "global_avg_pool2d", f"data must be NCHW, got {x.shape}")
+    return TensorType(x.shape[:2] + (1, 1), x.dtype)
+
+
+_register("global_avg_pool2d", REDUCTION, (1, 1), _gap_infer,
+          lambda args, attrs, name: ops.te_global_avg_pool2d(args[0], name=name),
+          lambda arrays, attrs: ops.ref_global_avg_pool2d(arrays[0]))
+
+
+def _axis(attrs, ndim, op, key="axis"):
+    axis = attrs.get(key, -1)
+    _check(-ndim <= axis < ndim, op, f"axis {axis} is out of range for rank {ndim}")
+    return axis % ndim
+
+
+def _softmax_infer(types, attrs):
+    _axis(attrs, len(types[0].shape), "softmax")
+    return types[0]
+
+
+_register("softmax", REDUCTION, (1, 1), _softmax_infer,
+          lambda args, attrs, name: ops.te_softmax(args[0], attrs.get("axis", -1), name=name),
+          lambda arrays, attrs: ops.ref_softmax(arrays[0], attrs.get("axis", -1)))
+
+
+def _norm_axes(attrs, ndim):
+    axis = _axis(attrs, ndim, "layer_norm")
+    return tuple(range(axis, ndim))
+
+
+def _layer_norm_infer(types, attrs):
+    x = types[0]
+    axes = _norm_axes(attrs, len(x.shape))
+    norm_shape = tuple(x.shape[a] for a in axes)
+    for t in types[1:]:
+        _check(t.shape == norm_shape, "layer_norm", f"scale/bias must have shape {norm_shape}, "
+               f"got {t.shape}")
+    return x
+
+
+def _layer_norm_te(args, attrs, name):
+    x = args[0]
+    gamma = args[1] if len(args) > 1 else None
+    beta = args[2] if len(args) > 2 else None
+    axes = _norm_axes(attrs, x.ndim)
+    return ops.te_layer_norm(x, gamma, beta, axes, attrs.get("epsilon", 1e-5), name=name)
+
+
+def _layer_norm_numpy(arrays, attrs):
+    x = arrays[0]
+    return ops.ref_layer_norm(x, *arrays[1:3], axis=_norm_axes(attrs, x.ndim),
+                              epsilon=attrs.get("epsilon", 1e-5))
+
+
+_register("layer_norm", REDUCTION, (1, 3), _layer_norm_infer, _layer_norm_te,
+          _layer_norm_numpy)
+
+
+def _batch_norm_infer(types, attrs):
+    x = types[0]
+    _check(len(x.shape) >= 2, "batch_norm", f"data must have rank >= 2, got {x.shape}")
+    for t in types[1:]:
+        _check(t.shape == (x.shape[1],), "batch_norm",
+               f"parameters must have shape ({x.shape[1]},), got {t.shape}")
+    return x
+
+
+# Inputs in ONNX order: data, scale (gamma), bias (beta), mean, var.
+_register("batch_norm", BROADCAST, (5, 5), _batch_norm_infer,
+          lambda args, attrs, name: ops.te_batch_norm(args[0], args[3], args[4], args[1],
+                                                      args[2], 1, attrs.get("epsilon", 1e-5),
+                                                      name=name),
+          lambda arrays, attrs: ops.ref_batch_norm(arrays[0], arrays[3], arrays[4], arrays[1],
+                                                   arrays[2], 1, attrs.get("epsilon", 1e-5)))
+
+
+def _reduce_axes(attrs, ndim, op):
+    axes = attrs.get("axes")
+    if axes is None:
+        return tuple(range(ndim))
+    for a in axes:
+        _check(-ndim <= a < ndim, op, f"axis {a} is out of range for rank {ndim}")
+    return tuple(sorted({a % ndim for a in axes}))
+
+
+def _reduce_infer(op):
+    def infer(types, attrs):
+        x = types[0]
+        axes = _reduce_axes(attrs, len(x.shape), op)
+        if attrs.get("keepdims", True):
+            shape = tuple(1 if d in axes else s for d, s in enumerate(x.shape))
+        else:
+            shape = tuple(s for d, s in enumerate(x.shape) if d not in axes)
+        return TensorType(shape, x.dtype)
+    return infer
+
+
+for _name, _te_fn, _np_fn in (("reduce_mean", ops.te_mean, np.mean),
+                              ("reduce_sum", ops.te_sum, np.sum),
+                              ("reduce_max", ops.te_max, np.max),
+                              ("reduce_min", ops.te_min, np.min)):
+    def _make(op=_name, te_fn=_te_fn, np_fn=_np_fn):
+        def build(args, attrs, name):
+            x = args[0]
+            return te_fn(x, _reduce_axes(attrs, x.ndim, op), attrs.get("keepdims", True),
+                         name=name)
+
+        def run(arrays, attrs):
+            x = arrays[0]
+            return _cast(np_fn(x.astype(np.float64), axis=_reduce_axes(attrs, x.ndim, op),
+                               keepdims=attrs.get("keepdims", True)), x.dtype)
+        _register(op, REDUCTION, (1, 1), _reduce_infer(op), build, run)
+    _make()
+
+
+# ---------------------------------------------------------------------------------------------
+# layout: reshape (view), transpose, pad, concat, slice
+# ---------------------------------------------------------------------------------------------
+
+def _reshape_infer(types, attrs):
+    x = types[0]
+    shape = tuple(attrs["shape"])
+    _check(math.prod(shape) == math.prod(x.shape), "reshape",
+           f"cannot reshape {x.shape} into {shape}")
+    return TensorType(shape, x.dtype)
+
+
+_register("reshape", VIEW, (1, 1), _reshape_infer,
+          lambda args, attrs, name: ops.te_reshape(args[0], attrs["shape"], name=name),
+          lambda arrays, attrs: contiguous(arrays[0].reshape(attrs["shape"])))
+_register("identity", VIEW, (1, 1), _same_type,
+          lambda args, attrs, name: te.compute(args[0].shape, lambda *i: args[0][i],
+                                               name=name),
+          lambda arrays, attrs: arrays[0].copy())
+
+
+def _transpose_infer(types, attrs):
+    x = types[0]
+    perm = tuple(attrs["perm"])
+    _check(sorted(perm) == list(range(len(x.shape))), "transpose",
+           f"perm {perm} is not a permutation of the {len(x.shape)} axes")
+    return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
+
+
+_register("transpose", INJECTIVE, (1, 1), _transpose_infer,
+          lambda args, attrs, name: ops.te_transpose(args[0], list(attrs["perm"]), name=name),
+          lambda arrays, attrs: contiguous(np.transpose(arrays[0], attrs["perm"])))
+
+
+def _pad_infer(types, attrs):
+    x = types[0]
+    pads = attrs["pads"]
+    _check(len(pads) == len(x.shape), "pad", f"pads {pads} must give (before, after) for each "
+           f"of the {len(x.shape)} axes")
+    _check(all(b >= 0 and a >= 0 for b, a in pads), "pad", f"pads {pads} must be "
+           f"non-negative (negative pads are crops: use slice)")
+    return TensorType(tuple(s + b + a for s, (b, a) in zip(x.shape, pads)), x.dtype)
+
+
+_register("pad", INJECTIVE, (1, 1), _pad_infer,
+          lambda args, attrs, name: ops.te_pad(args[0], [tuple(p) for p in attrs["pads"]],
+                                               attrs.get("value", 0.0), name=name),
+          lambda arrays, attrs: np.pad(arrays[0], attrs["pads"],
+                                       constant_values=attrs.get("value", 0.0)))
+
+
+def _concat_infer(types, attrs):
+    first = types[0]
+    axis = _axis(attrs, len(first.shape), "concat")
+    for t in types[1:]:
+        _check(len(t.shape) == len(first.shape) and t.dtype == first.dtype and all(
+            d == axis or t.shape[d] == first.shape[d] for d in range(len(t.shape))),
+            "concat", f"inputs {first} and {t} do not concatenate along axis {axis}")
+    extent = sum(t.shape[axis] for t in types)
+    return TensorType(first.shape[:axis] + (extent,) + first.shape[axis + 1:], first.dtype)
+
+
+_register("concat", INJECTIVE, (1, 1 << 16), _concat_infer,
+          lambda args, attrs, name: ops.te_concatenate(list(args), attrs.get("axis", 0),
+                                                       name=name),
+          lambda arrays, attrs: np.concatenate(arrays, axis=attrs.get("axis", 0)))
+
+
+def _slice_infer(types, attrs):
+    """attrs: ``begin``, ``end``, ``step`` per axis, already clamped (step > 0)."""
+    x = types[0]
+    begin, end, step = attrs["begin"], attrs["end"], attrs["step"]
+    _check(len(begin) == len(end) == len(step) == len(x.shape), "slice",
+           f"begin/end/step {begin}/{end}/{step} must give one entry per axis of {x.shape}")
+    shape = []
+    for b, e, s, n in zip(begin, end, step, x.shape):
+        _check(s >= 1 and 0 <= b and e <= n, "slice",
+               f"range {b}:{e}:{s} is not a positive-step range inside extent {n}")
+        shape.append(max(0, -(-(e - b) // s)))
+    _check(all(s > 0 for s in shape), "slice", f"slice of {x.shape} is empty: {shape}")
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _slice_te(args, attrs, name):
+    x = args[0]
+    shape = _slice_infer([TensorType(x.shape, x.dtype)], attrs).shape
+    begin, step = attrs["begin"], attrs["step"]
+
+    def fcompute(*idx):
+        src = []
+        for i, b, s in zip(idx, begin, step):
+            v = i * s if s != 1 else i
+            src.append(v + b if b else v)
+        return x[tuple(src)]
+    return te.compute(shape, fcompute, name=name)
+
+
+def _slice_numpy(arrays, attrs):
+    index = tuple(slice(b, e, s) for b, e, s in zip(attrs["begin"], attrs["end"],
+                                                     attrs["step"]))
+    return contiguous(arrays[0][index])
+
+
+_register("slice", INJECTIVE, (1, 1), _slice_infer, _slice_te, _slice_numpy)

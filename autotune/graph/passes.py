@@ -1,0 +1,373 @@
+"""Graph passes: constant folding, batch-norm folding, dead-code elimination, operator fusion
+and memory planning for the executor.
+
+    model = optimize(model)             # fold_constants, fold_batch_norm, eliminate_dead_code
+    groups = fuse_ops(model)            # FusedGroup per kernel (or view), topological order
+    plan = plan_memory(model, groups)   # storage per value, reused when lifetimes do not meet
+
+Fusion follows TVM's rules on operator patterns (see operators.py): a compute-heavy operator
+(conv2d, matmul) or a reduction (softmax, layer_norm, pooling) takes its chain of elementwise and
+broadcast consumers as long as each intermediate has that consumer alone and the shape does not
+grow; chains of injective operators (elementwise, broadcast, transpose, pad, slice, concat) fuse
+together, and such a chain fuses into the reduction that consumes it.  Views (reshape,
+identity) are never fused: on a contiguous buffer they cost nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import GraphError
+from .ir import Model, Node
+from .types import contiguous
+from .operators import (
+    BROADCAST, COMPUTE, ELEMWISE, INJECTIVE, REDUCTION, VIEW, get_op,
+)
+
+__all__ = [
+    "fold_constants", "fold_batch_norm", "eliminate_dead_code", "optimize", "FusedGroup",
+    "fuse_ops", "MemoryPlan", "plan_memory",
+]
+
+# Folding a node whose result is larger than this (elements) would bloat the model with a
+# constant that is cheaper to compute at run time (a broadcast of a small constant).
+MAX_FOLDED_ELEMENTS = 1 << 22
+
+
+# ---------------------------------------------------------------------------------------------
+# constant folding / dead code
+# ---------------------------------------------------------------------------------------------
+
+def fold_constants(model: Model) -> Model:
+    """Evaluate (with numpy) every node whose inputs are all constants."""
+    constants = dict(model.constants)
+    nodes = []
+    changed = False
+    for node in model.nodes:
+        if node.inputs and all(v in constants for v in node.inputs) \
+                and model.types[node.output].size <= MAX_FOLDED_ELEMENTS \
+                and node.output not in model.outputs:
+            value = get_op(node.op).numpy([constants[v] for v in node.inputs], node.attrs)
+            constants[node.output] = contiguous(
+                np.asarray(value, dtype=model.types[node.output].dtype))
+            changed = True
+            continue
+        nodes.append(node)
+    if not changed:
+        return model
+    return eliminate_dead_code(model.replace(nodes=nodes, constants=constants))
+
+
+def eliminate_dead_code(model: Model) -> Model:
+    """Drop nodes whose outputs no model output needs, and constants no node reads."""
+    needed = set(model.outputs)
+    kept = []
+    for node in reversed(model.nodes):
+        if node.output in needed:
+            kept.append(node)
+            needed.update(node.inputs)
+    kept.reverse()
+    constants = {k: v for k, v in model.constants.items() if k in needed}
+    if len(kept) == len(model.nodes) and len(constants) == len(model.constants):
+        return model
+    return model.replace(nodes=kept, constants=constants)
+
+
+# ---------------------------------------------------------------------------------------------
+# batch-norm folding
+# ---------------------------------------------------------------------------------------------
+
+def _channel_vector(model: Model, value: str, channels: int) -> np.ndarray | None:
+    """The per-channel values of a constant broadcast along axis 1 of an NCHW tensor
+    (shape (C, 1, 1) or (1, C, 1, 1)), else None."""
+    array = model.constants.get(value)
+    if array is None:
+        return None
+    shape = array.shape
+    squeezed = [s for s in shape if s != 1]
+    if array.size == 1:
+        return np.full(channels, array.reshape(()), dtype=array.dtype)
+    if squeezed != [channels] or len(shape) > 4:
+        return None
+    # The channel axis must land on axis 1 of the rank-4 result.
+    padded = (1,) * (4 - len(shape)) + tuple(shape)
+    if padded[1] != channels:
+        return None
+    return array.reshape(channels)
+
+
+def fold_batch_norm(model: Model) -> Model:
+    """Fold inference batch norms into the convolution before them; a batch norm that follows
+    no foldable convolution becomes a multiply and an add by per-channel constants.
+
+    Folding: conv(x, W) [+ b] -> bn  ==  conv(x, W * s) + (b * s + beta - mean * s), with
+    s = gamma / sqrt(var + eps) per output channel.  The convolution's output must feed the
+    batch norm alone (directly or through the bias add)."""
+    constants = dict(model.constants)
+    nodes = list(model.nodes)
+    producers = {n.output: i for i, n in enumerate(nodes)}
+    consumers = model.consumers
+    outputs = set(model.outputs)
+    changed = False
+
+    def sole_use(value: str) -> bool:
+        return len(consumers.get(value, [])) == 1 and value not in outputs
+
+    def fresh(base: str) -> str:
+        name, k = base, 0
+        while name in constants or name in model.types:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
+    for index, bn in enumerate(list(nodes)):
+        if bn.op != "batch_norm" or not all(v in constants for v in bn.inputs[1:]):
+            continue
+        x = bn.inputs[0]
+        gamma, beta, mean, var = (constants[v].astype(np.float64) for v in bn.inputs[1:])
+        scale = gamma / np.sqrt(var + bn.attrs.get("epsilon", 1e-5))
+        shift = beta - mean * scale
+        dtype = model.types[x].dtype
+        ndim = len(model.types[x].shape)
+        channels = model.types[x].shape[1]
+        conv_index, add_index, bias = None, None, np.zeros(channels)
+        src = nodes[producers[x]] if x in producers else None
+        if src is not None and src.op == "add" and sole_use(x):
+            vec = None
+            for a, b in (src.inputs, src.inputs[::-1]):
+                vec = _channel_vector(model, b, channels)
+                if vec is not None and a in producers and nodes[producers[a]].op == "conv2d":
+                    add_index, conv_index, bias = producers[x], producers[a], vec
+                    break
+        elif src is not None and src.op == "conv2d" and sole_use(x):
+            conv_index = producers[x]
+        conv = nodes[conv_index] if conv_index is not None else None
+        if conv is not None and conv.inputs[1] in constants and sole_use(conv.output):
+            weight = constants[conv.inputs[1]].astype(np.float64)
+            w_name = fresh(f"{conv.inputs[1]}_bn")
+            constants[w_name] = (weight * scale[:, None, None, None]).astype(dtype)
+            nodes[conv_index] = conv.replace(inputs=(conv.inputs[0], w_name))
+            b_name = fresh(f"{bn.name}_bias")
+            constants[b_name] = (bias * scale + shift).astype(dtype).reshape(channels, 1, 1)
+            if add_index is not None:
+                # The bias add now produces the batch norm's output; the bn node goes.
+                nodes[add_index] = nodes[add_index].replace(
+                    inputs=(conv.output, b_name), output=bn.output)
+                nodes[index] = None
+            else:
+                nodes[index] = bn.replace(op="add", inputs=(x, b_name), attrs={})
+        else:
+            shape = (channels,) + (1,) * (ndim - 2)
+            s_name, t_name = fresh(f"{bn.name}_scale"), fresh(f"{bn.name}_shift")
+            constants[s_name] = scale.astype(dtype).reshape(shape)
+            constants[t_name] = shift.astype(dtype).reshape(shape)
+            scaled = fresh(f"{bn.output}_scaled")
+            mul = Node("multiply", (x, s_name), scaled, {}, f"{bn.name}_mul")
+            nodes[index] = [mul, bn.replace(op="add", inputs=(scaled, t_name), attrs={})]
+        changed = True
+    if not changed:
+        return model
+    flat: list[Node] = []
+    for entry in nodes:
+        if entry is None:
+            continue
+        flat.extend(entry if isinstance(entry, list) else [entry])
+    return eliminate_dead_code(model.replace(nodes=flat, constants=constants))
+
+
+def optimize(model: Model) -> Model:
+    """The standard pipeline before fusion."""
+    model = fold_constants(model)
+    model = fold_batch_norm(model)
+    model = fold_constants(model)
+    return eliminate_dead_code(model)
+
+
+# ---------------------------------------------------------------------------------------------
+# fusion
+# ---------------------------------------------------------------------------------------------
+
+_INJECTIVE_KINDS = (ELEMWISE, BROADCAST, INJECTIVE)
+
+
+@dataclass
+class FusedGroup:
+    """Operators that become one kernel (or one view when ``kind`` is "view").
+
+    ``inputs``: the values the group reads from outside (graph inputs, constants, other
+    groups' outputs) in first-use order; ``output``: the single value it produces; ``kind``:
+    the pattern of its master operator (compute, reduction, injective or view)."""
+
+    nodes: list[Node]
+    kind: str
+    inputs: list[str] = field(default_factory=list)
+
+    @property
+    def output(self) -> str:
+        return self.nodes[-1].output
+
+    @property
+    def name(self) -> str:
+        """A name made of the operators, the same for structurally equal groups."""
+        return "fused_" + "_".join(n.op for n in self.nodes)
+
+    def __repr__(self) -> str:
+        return f"FusedGroup({self.name}: {', '.join(n.name for n in self.nodes)})"
+
+
+def _can_join(group: FusedGroup, node: Node, model: Model) -> str | None:
+    """The group's kind after ``node`` joins it, or None when it may not."""
+    kind = node.kind
+    if group.kind in (COMPUTE, REDUCTION):
+        if kind in (ELEMWISE, BROADCAST) and \
+                model.types[node.output].shape == model.types[group.output].shape:
+            return group.kind
+        return None
+    if group.kind == INJECTIVE:
+        # A view inside an injective chain (slice -> reshape -> transpose) is one more
+        # index remapping that inlining removes; on its own it would cut the chain.
+        if kind in _INJECTIVE_KINDS or kind == VIEW:
+            return INJECTIVE
+        if kind == REDUCTION:
+            return REDUCTION
+    return None
+
+
+def fuse_ops(model: Model) -> list[FusedGroup]:
+    """Partition the nodes into fused groups, in topological order."""
+    groups: list[FusedGroup] = []
+    group_of: dict[str, FusedGroup] = {}
+    outputs = set(model.outputs)
+    consumers = model.consumers
+    for node in model.nodes:
+        kind = node.kind
+        chosen = None
+        for value in dict.fromkeys(node.inputs):
+            group = group_of.get(value)
+            if group is None or group.kind == VIEW or group.output != value:
+                continue
+            if value in outputs or len(consumers.get(value, [])) != 1:
+                continue  # the value must be materialised for its other readers
+            if node.inputs.count(value) != 1:
+                continue
+            new_kind = _can_join(group, node, model)
+            if new_kind is not None:
+                chosen = (group, new_kind)
+                break
+        if chosen is None:
+            group = FusedGroup([node], INJECTIVE if kind in _INJECTIVE_KINDS else kind)
+            groups.append(group)
+        else:
+            group, group.kind = chosen
+            group.nodes.append(node)
+        group_of[node.output] = group
+    # A group that took a consumer may now read values of groups created after it (the
+    # residual add of a block reads the shortcut branch).  Ordering by the last node gives a
+    # topological order: every value a group reads is produced by a group's last node, which
+    # precedes the reader.  No cycle is possible: every value inside a group has its one
+    # consumer inside the group.
+    position = {n.output: k for k, n in enumerate(model.nodes)}
+    groups.sort(key=lambda g: position[g.output])
+    for group in groups:
+        inside = {n.output for n in group.nodes}
+        reads: list[str] = []
+        for n in group.nodes:
+            for value in n.inputs:
+                if value not in inside and value not in reads:
+                    reads.append(value)
+        group.inputs = reads
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------
+# memory planning
+# ---------------------------------------------------------------------------------------------
+
+ALIGNMENT = 64
+
+
+@dataclass
+class MemoryPlan:
+    """Where each value lives at run time.
+
+    ``storage[value]`` is a storage id for graph inputs and group outputs (views share their
+    source's id; constants have none: the executor keeps them as they are); ``sizes[id]`` is
+    the storage's size in bytes.  Storages whose lifetimes do not overlap are shared; a
+    group's output never shares with its inputs (kernel arguments must not alias), and
+    model outputs get storage of their own."""
+
+    storage: dict[str, int]
+    sizes: list[int]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.sizes)
+
+
+def _round(nbytes: int) -> int:
+    return max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
+
+
+def plan_memory(model: Model, groups: list[FusedGroup]) -> MemoryPlan:
+    storage: dict[str, int] = {}
+    sizes: list[int] = []
+    # Steps: 0 is the input copy, group k is step k + 1.
+    root: dict[str, str] = {}  # view value -> the non-view value it aliases
+
+    def base(value: str) -> str:
+        return root.get(value, value)
+
+    for group in groups:
+        if group.kind == VIEW:
+            root[group.output] = base(group.inputs[0])
+    last_use: dict[str, int] = {}
+    for step, group in enumerate(groups, start=1):
+        for value in group.inputs:
+            last_use[base(value)] = step
+    pinned = {base(v) for v in model.outputs}
+    free: list[int] = []
+    releases: dict[int, list[int]] = {}
+
+    def allocate(value: str, step: int) -> None:
+        need = _round(model.types[value].nbytes)
+        if value in pinned:
+            sid = len(sizes)
+            sizes.append(need)
+        else:
+            fits = [s for s in free if sizes[s] >= need]
+            if fits:
+                sid = min(fits, key=lambda s: sizes[s])
+            elif free:
+                sid = max(free, key=lambda s: sizes[s])
+                sizes[sid] = need  # grow the largest free storage rather than add one
+            else:
+                sid = len(sizes)
+                sizes.append(need)
+            if sid in free:
+                free.remove(sid)
+        storage[value] = sid
+        end = last_use.get(value)
+        if value not in pinned:
+            # A value nobody reads (cannot happen after dead-code elimination) frees at once.
+            releases.setdefault(end if end is not None else step, []).append(sid)
+
+    for name in model.inputs:
+        allocate(name, 0)
+    for sid in releases.pop(0, []):
+        free.append(sid)
+    for step, group in enumerate(groups, start=1):
+        if group.kind == VIEW:
+            source = base(group.inputs[0])
+            if source in storage:
+                storage[group.output] = storage[source]
+        else:
+            allocate(group.output, step)
+        for sid in releases.pop(step, []):
+            free.append(sid)
+    missing = [v for v in model.outputs if base(v) not in storage and base(v)
+               not in model.constants]
+    if missing:
+        raise GraphError(f"memory plan: model outputs {missing} have no storage")
+    return MemoryPlan(storage, sizes)
+

@@ -1,0 +1,217 @@
+"""Building a whole model: optimize, fuse, schedule each fused function, compile, plan memory.
+
+    lib = build_model(model, "llvm")                          # default schedules
+    lib = build_model(model, "llvm", database="tuning.db")    # best records where there are
+    lib = build_model(model, "llvm", lookup=my_lookup)        # lookup(func) -> trace or None
+    lib.run({"input": x}); lib.report.coverage; lib.report.fallbacks
+
+``autotune.build(model, target)`` dispatches here for a Model.  Each fused function is looked
+up by its workload (the structural hash of the unscheduled function): with a record its trace
+is replayed (and post-processed, which a final trace already is); without one the default
+schedule is used: the function's design space with rule-of-thumb decisions (parallel outer
+loops, vectorised and register-blocked inner loops, see default_schedule.py), or the plain
+loop nest when the space yields no valid program.  Identical fused functions are scheduled and compiled once; the
+scheduled functions and compiled kernels are also cached for the process, so building the
+same model again is cheap.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from typing import Callable
+
+from tensor_ir.errors import BuildError, TensorIRError
+from tensor_ir.func import PrimFunc
+from tensor_ir.target import Target
+
+from .default_schedule import heuristic_schedule
+from .executor import BuildReport, Executor, FunctionReport, Step
+from .frontends import load_model
+from .graph.ir import Model
+from .graph.operators import VIEW
+from .graph.passes import plan_memory
+from .graph.tasks import partition
+
+__all__ = ["build_model", "default_schedule", "database_lookup", "DefaultScheduleWarning",
+           "MissingRecordWarning", "clear_caches"]
+
+Lookup = Callable[[PrimFunc], object]
+
+
+class MissingRecordWarning(UserWarning):
+    """A fused function had no tuning record and uses its default schedule."""
+
+
+class DefaultScheduleWarning(UserWarning):
+    """No default schedule could be sampled for a function; it runs as a plain loop nest."""
+
+
+# Process-wide caches: (target, workload key) -> scheduled func; (target, scheduled hash) ->
+# kernel.  Bounded so that a long session building many models does not grow without end.
+_CACHE_SIZE = 512
+_schedules: OrderedDict = OrderedDict()
+_kernels: OrderedDict = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _cache_get(cache: OrderedDict, key):
+    with _cache_lock:
+        value = cache.get(key)
+        if value is not None:
+            cache.move_to_end(key)
+        return value
+
+
+def _cache_put(cache: OrderedDict, key, value) -> None:
+    with _cache_lock:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+
+
+def clear_caches() -> None:
+    """Forget the cached default schedules and compiled kernels."""
+    with _cache_lock:
+        _schedules.clear()
+        _kernels.clear()
+
+
+def default_schedule(func: PrimFunc, target: Target, seed: int = 0) -> PrimFunc | None:
+    """The default schedule of ``func`` (default_schedule.heuristic_schedule: the design
+    space's first sketch with rule-of-thumb decisions); None when the space yields no valid
+    program."""
+    key = (str(target), func.structural_hash(), seed)
+    cached = _cache_get(_schedules, key)
+    if cached is not None:
+        return cached
+    try:
+        scheduled = heuristic_schedule(func, target, seed)
+    except (TensorIRError, RecursionError):
+        scheduled = None
+    if scheduled is None:
+        return None
+    _cache_put(_schedules, key, scheduled)
+    return scheduled
+
+
+def _apply_record(func: PrimFunc, found, target: Target) -> PrimFunc:
+    """The scheduled function a lookup returned: a Trace (replayed, then post-processed; a
+    final trace is recognised and not processed twice), a Schedule or a PrimFunc."""
+    from schedules.postproc import apply_postprocs, default_postprocs
+    from schedules.schedule import Schedule
+    from schedules.trace import Trace
+
+    if isinstance(found, PrimFunc):
+        return found
+    if isinstance(found, Schedule):
+        return found.func
+    if hasattr(found, "trace") and callable(found.trace) and not isinstance(found, Trace):
+        found = found.trace()  # a TuningRecord
+    if not isinstance(found, Trace):
+        raise BuildError(f"the record lookup returned a {type(found).__name__}; expected a "
+                         f"Trace, Schedule, PrimFunc or TuningRecord")
+    sch = found.apply(func)
+    if not apply_postprocs(sch, default_postprocs(target)):
+        raise BuildError(f"the recorded schedule of {func.name} is rejected by the "
+                         f"post-processors for {target}")
+    return sch.func
+
+
+def database_lookup(database, target: Target) -> Lookup:
+    """A lookup over a records database (a ``records.Database``, or a path to open)."""
+    if isinstance(database, (str, os.PathLike)):
+        from records import Database
+
+        database = Database(os.fspath(database), create=False)
+    if not hasattr(database, "best"):
+        raise BuildError(f"database must be a records.Database or a path, got "
+                         f"{type(database).__name__}")
+
+    def lookup(func: PrimFunc):
+        record = database.best(func.structural_hash(), str(target))
+        return None if record is None else record.trace()
+    return lookup
+
+
+def _compile(func: PrimFunc, target: Target, name: str):
+    from .build import build
+
+    key = (str(target), func.structural_hash())
+    kernel = _cache_get(_kernels, key)
+    if kernel is None:
+        kernel = build(func, target, name=name)
+        _cache_put(_kernels, key, kernel)
+    return kernel
+
+
+def build_model(model, target: str | Target | None = "llvm", database=None,
+                lookup: Lookup | None = None, seed: int = 0, warn: bool = True) -> Executor:
+    """Compile ``model`` (a Model, or anything ``load_model`` takes) for ``target``.
+
+    ``lookup(func) -> trace | None`` supplies tuning records (``apply_history_best`` passes
+    one); ``database`` (a records.Database or a path) builds such a lookup; with neither, every
+    function uses its default schedule (``seed`` picks it).  With a lookup, each function
+    without a record is reported in one MissingRecordWarning.  The returned executor's
+    ``report`` says which functions used a record, weighted by their share of FLOPs."""
+    if not isinstance(model, Model):
+        model = load_model(model)
+    target = Target("llvm" if target is None else target)
+    if database is not None:
+        if lookup is not None:
+            raise BuildError("build_model: pass database= or lookup=, not both")
+        lookup = database_lookup(database, target)
+    optimized, groups, funcs = partition(model)
+
+    # 1. Schedule and compile every structurally unique function once.
+    kernels: dict[str, object] = {}
+    report = BuildReport(model.name, str(target))
+    by_key: dict[str, FunctionReport] = {}
+    for group in groups:
+        if group.kind == VIEW:
+            continue
+        gf = funcs[group.output]
+        entry = by_key.get(gf.key)
+        if entry is not None:
+            entry.count += 1
+            continue
+        scheduled, source = None, "default"
+        if lookup is not None:
+            found = lookup(gf.func)
+            if found is not None:
+                try:
+                    scheduled, source = _apply_record(gf.func, found, target), "record"
+                except (TensorIRError, ValueError) as err:
+                    warnings.warn(f"the tuning record of {group.name} [{gf.key[:12]}] does not "
+                                  f"apply ({err}); using the default schedule",
+                                  MissingRecordWarning, stacklevel=2)
+        if scheduled is None:
+            scheduled = default_schedule(gf.func, target, seed)
+        if scheduled is None:
+            warnings.warn(f"no default schedule could be sampled for {group.name} "
+                          f"[{gf.key[:12]}]; it runs as a plain loop nest",
+                          DefaultScheduleWarning, stacklevel=2)
+            scheduled, source = gf.func, "unscheduled"
+        kernels[gf.key] = _compile(scheduled, target, f"{group.name}_{gf.key[:8]}")
+        entry = by_key[gf.key] = FunctionReport(group.name, gf.key, 1, gf.flops, source)
+        report.functions.append(entry)
+    if lookup is not None and warn and report.fallbacks:
+        names = ", ".join(f"{f.name} [{f.key[:12]}]" for f in report.fallbacks)
+        warnings.warn(f"{len(report.fallbacks)} of {len(report.functions)} fused functions of "
+                      f"{model.name} have no tuning record for {target} and use default "
+                      f"schedules ({1 - report.coverage:.1%} of the FLOPs): {names}",
+                      MissingRecordWarning, stacklevel=2)
+
+    # 2. Steps in topological order, views, memory.
+    steps: list[Step] = []
+    views: dict[str, str] = {}
+    for group in groups:
+        if group.kind == VIEW:
+            views[group.output] = group.inputs[0]
+            continue
+        gf = funcs[group.output]
+        steps.append(Step(group.name, kernels[gf.key], gf.params + [group.output], gf.key))
+    plan = plan_memory(optimized, groups)
+    return Executor(optimized, steps, plan, views, report, str(target))

@@ -1,0 +1,192 @@
+"""autotune.tune: search schedules for one operator and return the fastest one measured.
+
+    best = autotune.tune(func, target="llvm", trials=256, database="tuning.db")
+    best.best_time, best.best_gflops          # seconds per call (re-measured), GFLOPS
+    kernel = autotune.build(best.best_schedule.func, target="llvm")
+    best.best_trace                           # replays with best_trace.apply(func)
+
+The run (search.TuningLoop): the design space of ``func`` (schedules.DesignSpace), a search
+strategy ("evolutionary" by default, or "random"), a cost model ("xgb" by default) retrained
+as results come in, candidates built by a LocalBuilder and timed by a LocalRunner (or the
+builder and runner given), every result stored in the database in one transaction per batch.
+With a database file, a second run continues from the best stored records and never measures
+a candidate measured before for that target.  At the end the top few candidates are
+re-measured interleaved and the best median over those runs is what is reported (its spread
+is stored in the database beside it).  A fixed ``seed`` gives a reproducible search (the
+measured times, and so the choices that follow them, still carry the machine's noise).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import cost_models
+import search
+from records import Database, MemoryDatabase, Workload
+from schedules.schedule import Schedule
+from schedules.space import DesignSpace
+from schedules.trace import Trace
+from search.loop import LoopResult, TrialResult
+from tensor_ir.errors import TensorIRError
+from tensor_ir.func import PrimFunc
+from tensor_ir.target import Target
+
+from .measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
+
+__all__ = ["TuneError", "TuneResult", "tune"]
+
+
+class TuneError(TensorIRError, ValueError):
+    """autotune.tune was given something it cannot tune with (named in the message)."""
+
+
+@dataclass
+class TuneResult:
+    """The outcome of :func:`tune`.
+
+    best_schedule  the best program as a Schedule (``.func`` to build, ``.trace``), or None
+                   when no candidate ran successfully.
+    best_trace     its final trace (``best_trace.apply(func)`` gives the program again).
+    best_time      seconds per call: the median over its first measurement and the
+                   interleaved re-measurements; math.inf when nothing succeeded.
+    best_gflops    ``flops / best_time / 1e9`` (0 when the operator does no float work).
+    best_gbps      parameter bytes / best_time / 1e9: the throughput figure of memory-bound
+                   operators.
+    best_spread    (max - min) / median of its re-measured runs (None: not re-measured).
+    workload_key, target   what was tuned and for which target (canonical string).
+    trials         candidates measured by this call; ``history`` one TrialResult each.
+    phase_seconds  wall seconds per phase (search, predict, build, run, kernel, db,
+                   retrain, warm_start, remeasure).
+    wall_seconds, overhead_share, trials_per_minute, model_accuracy   see search.LoopResult.
+    """
+
+    best_schedule: Schedule | None
+    best_trace: Trace | None
+    best_time: float
+    best_gflops: float
+    best_gbps: float
+    best_spread: float | None
+    workload_key: str
+    target: str
+    trials: int
+    history: list[TrialResult] = field(default_factory=list)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    overhead_share: float = math.nan
+    trials_per_minute: float = 0.0
+    model_accuracy: float = math.nan
+    resumed_records: int = 0
+    remeasured: list[dict] = field(default_factory=list)
+    loop: LoopResult | None = field(default=None, repr=False)
+
+    @property
+    def best_func(self) -> PrimFunc | None:
+        return self.best_schedule.func if self.best_schedule is not None else None
+
+
+def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
+         database: str | os.PathLike | Database | None = None, *,
+         strategy: str | search.SearchStrategy = "evolutionary",
+         cost_model: str | cost_models.CostModel = "xgb", batch_size: int = 16, seed: int = 0,
+         measure_config: MeasureConfig | None = None, builder=None, runner=None,
+         space: DesignSpace | None = None, remeasure_top: int = 3, remeasure_rounds: int = 3,
+         warm_start: int = 64, log=True) -> TuneResult:
+    """Tune ``func`` for ``target`` with ``trials`` measured candidates.
+
+    ``database``: a file path (opened, created if needed, closed at the end), a
+    records.Database, or None (an in-memory one: nothing is kept).  ``strategy`` and
+    ``cost_model``: a registered kind or an instance (kinds are created with ``seed``).
+    ``batch_size``: candidates per measured batch.  ``measure_config``: the runner's timing
+    protocol (when no ``runner`` is given) and what is stored with each record.
+    ``builder``/``runner``: measurement back-ends (default LocalBuilder / LocalRunner, closed
+    at the end; those given are left open).  ``space``: a ready DesignSpace of ``func`` (for
+    custom rules or templates).  ``remeasure_top`` candidates are re-timed
+    ``remeasure_rounds`` times, interleaved, before the best is reported (0: not).
+    ``warm_start``: best stored records a resumed run starts from.  ``log``: True prints
+    progress to stderr, False is silent, a logging.Logger or a callable takes the lines.
+    """
+    # 1. Check the arguments before starting any process.
+    if not isinstance(func, PrimFunc):
+        raise TuneError(f"autotune.tune needs a PrimFunc, got {type(func).__name__}")
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 0:
+        raise TuneError(f"autotune.tune: trials must be an int >= 0, got {trials!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TuneError(f"autotune.tune: seed must be an int, got {seed!r}")
+    if measure_config is not None and not isinstance(measure_config, MeasureConfig):
+        raise TuneError(f"autotune.tune: measure_config must be a MeasureConfig, got "
+                        f"{type(measure_config).__name__}")
+    target = target if isinstance(target, Target) else Target(target)
+    if space is None:
+        space = DesignSpace(func, target)
+    elif not isinstance(space, DesignSpace) or space.func is not func:
+        raise TuneError("autotune.tune: space must be a DesignSpace made from the same func")
+    strategy_obj = search.create(strategy, seed=seed) if isinstance(strategy, str) \
+        else search.create(strategy)
+    model = cost_models.create(cost_model, seed=seed) if isinstance(cost_model, str) \
+        else cost_models.create(cost_model)
+    config = measure_config or (runner.config if isinstance(runner, LocalRunner)
+                                else MeasureConfig())
+
+    # 2. Open what is ours to open (and close it, whatever happens).
+    own_db = not isinstance(database, Database)
+    if database is None:
+        db = MemoryDatabase()
+    elif isinstance(database, Database):
+        db = database
+    elif isinstance(database, (str, os.PathLike)):
+        db = Database(database)
+    else:
+        raise TuneError(f"autotune.tune: database must be a path, a records.Database or None, "
+                        f"got {type(database).__name__}")
+    own_builder, own_runner = builder is None, runner is None
+    try:
+        if own_builder:
+            builder = LocalBuilder()
+        if own_runner:
+            runner = LocalRunner(config)
+        key = Workload(func).key
+
+        def make_input(candidate: PrimFunc) -> MeasureInput:
+            return MeasureInput(candidate, target, key, reference=func)
+
+        # 3. Search, then re-measure the top before anything is reported.
+        loop = search.TuningLoop(space, strategy_obj, model, builder, runner, make_input, db,
+                                 batch_size=batch_size, measure_config=config,
+                                 warm_start=warm_start, log=log)
+        result = loop.run(trials)
+        remeasured = loop.remeasure_top(remeasure_top, remeasure_rounds)
+        return _result(func, loop, result, remeasured, db, target)
+    finally:
+        if own_runner and runner is not None:
+            runner.close()
+        if own_builder and builder is not None:
+            builder.close()
+        if own_db:
+            db.close()
+
+
+def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasured, db,
+            target: Target) -> TuneResult:
+    """The best record in the database (after re-measurement) as a TuneResult."""
+    best_rec = db.best(result.workload_key, target)
+    phases = loop.timers.as_dict()
+    phases["kernel"] = result.kernel_seconds + phases.pop("kernel_remeasure", 0.0)
+    common = {"workload_key": result.workload_key, "target": result.target,
+              "trials": len(result.trials), "history": list(result.trials),
+              "phase_seconds": phases, "wall_seconds": result.wall_seconds,
+              "overhead_share": result.overhead_share,
+              "trials_per_minute": result.trials_per_minute,
+              "model_accuracy": result.model_accuracy,
+              "resumed_records": result.resumed_records, "remeasured": list(remeasured),
+              "loop": result}
+    if best_rec is None:
+        return TuneResult(None, None, math.inf, 0.0, 0.0, None, **common)
+    trace = best_rec.trace()
+    schedule = trace.apply(func)
+    seconds = best_rec.score if best_rec.score is not None else best_rec.median
+    spread = next((d["spread"] for d in remeasured if d["record_id"] == best_rec.record_id),
+                  None)
+    gflops = result.flops / seconds / 1e9 if seconds > 0 else 0.0
+    gbps = result.bytes / seconds / 1e9 if seconds > 0 else 0.0
+    return TuneResult(schedule, trace, seconds, gflops, gbps, spread, **common)

@@ -1,0 +1,199 @@
+"""EvolutionarySearch: mutate the decisions of good programs, keep what the cost model likes.
+
+One batch (``propose(count)``), after the first:
+
+1. The population (unmeasured candidates kept from earlier batches, re-scored by the
+   retrained model) gets ``random_fraction * count`` fresh random samples.
+2. ``generations`` times: parents are drawn by rank of predicted score from the population
+   and the best measured programs (this run's and the database's: the elites); each child
+   changes one sampling decision (:mod:`search.mutators`) and is replayed; children that are
+   invalid, measured before, or a program already in the population are dropped.  The
+   population is then cut back to ``population`` members by predicted score.
+3. The batch is the population's top ``count - n_random`` by predicted score plus
+   ``n_random = eps_greedy * count`` (at least one) of this batch's fresh random samples:
+   the epsilon-greedy share keeps the model honest where it has seen nothing.
+
+The first batch, before anything is measured, is random samples alone (an untrained model
+has no order to select by).  Sizes default to multiples of the batch so the work per trial
+stays constant: a modest population (3x the batch) and two generations cost about 2.5
+replays per proposed candidate, cached across batches (see :class:`~search.pool.CandidatePool`).
+Every random choice comes from the strategy's seeded generator, so a fixed seed (and a
+deterministic runner) gives the same search.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from .mutators import DEFAULT_WEIGHTS, Mutator, default_mutators, mutate
+from .pool import SearchCandidate
+from .strategy import SearchError, SearchStrategy, register
+
+__all__ = ["EvolutionarySearch"]
+
+
+class EvolutionarySearch(SearchStrategy):
+    """Options (keywords): ``seed``; ``population`` (default 3x the batch); ``generations``;
+    ``mutants`` per generation (default the batch size); ``random_fraction`` of the batch
+    drawn fresh into the population each batch; ``eps_greedy`` share of each batch measured
+    from fresh random samples; ``num_elites`` measured programs that may parent (default the
+    batch size); ``mutators`` and ``mutator_weights`` (by mutator name); ``max_failures``
+    samples in a row that give nothing new before the space is taken to be exhausted."""
+
+    kind = "evolutionary"
+
+    def __init__(self, seed: int = 0, population: int | None = None, generations: int = 2,
+                 mutants: int | None = None, random_fraction: float = 0.5,
+                 eps_greedy: float = 0.1, num_elites: int | None = None,
+                 mutators: Sequence[Mutator] | None = None,
+                 mutator_weights: dict[str, float] | None = None, max_failures: int = 64,
+                 elite_share: float = 0.5):
+        super().__init__(seed)
+        for name, value in (("population", population), ("mutants", mutants),
+                            ("num_elites", num_elites)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise SearchError(f"EvolutionarySearch: {name} must be a positive int or None, "
+                                  f"got {value!r}")
+        if not isinstance(generations, int) or generations < 0:
+            raise SearchError(f"EvolutionarySearch: generations must be an int >= 0, got "
+                              f"{generations!r}")
+        for name, value in (("random_fraction", random_fraction), ("eps_greedy", eps_greedy),
+                            ("elite_share", elite_share)):
+            if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
+                raise SearchError(f"EvolutionarySearch: {name} must be in [0, 1], got "
+                                  f"{value!r}")
+        if not isinstance(max_failures, int) or max_failures < 1:
+            raise SearchError(f"EvolutionarySearch: max_failures must be a positive int, got "
+                              f"{max_failures!r}")
+        self.population_size = population
+        self.generations = generations
+        self.mutants = mutants
+        self.random_fraction = float(random_fraction)
+        self.eps_greedy = float(eps_greedy)
+        self.elite_share = float(elite_share)
+        self.num_elites = num_elites
+        self.mutators = list(mutators) if mutators is not None else default_mutators()
+        self.mutator_weights = dict(DEFAULT_WEIGHTS if mutator_weights is None
+                                    else mutator_weights)
+        self.max_failures = max_failures
+        # Unmeasured candidates carried between batches, by program hash (insertion order is
+        # part of the search's determinism).
+        self.population: dict[str, SearchCandidate] = {}
+        self.stats = {"mutations": 0, "mutants_kept": 0, "mutants_invalid": 0,
+                      "mutants_known": 0}
+
+    # -- the batch -----------------------------------------------------------------------------
+    def propose(self, count: int) -> list[SearchCandidate]:
+        if not isinstance(count, int) or count < 0:
+            raise SearchError(f"propose: count must be an int >= 0, got {count!r}")
+        pool = self._require_pool()
+        if count == 0:
+            return []
+        if not self.best_measured(1):
+            batch = self._random_new(count, set(), self.max_failures)
+            for c in batch:
+                c.origin = "random"
+            return batch
+
+        # 1. Drop what was measured since, top up with fresh random samples.
+        self.population = {h: c for h, c in self.population.items() if pool.is_new(c)}
+        n_fresh = max(1, math.ceil(self.random_fraction * count))
+        fresh = self._random_new(n_fresh, set(self.population), self.max_failures)
+        for c in fresh:
+            c.origin = "random"
+            self.population[c.program_hash] = c
+        size = self.population_size or 3 * count
+        mutants = self.mutants or count
+
+        # 2. Generations of mutation and truncation selection by predicted score.
+        for _ in range(self.generations):
+            parents = self.best_measured(self.num_elites or count) + list(
+                self.population.values())
+            if not parents:
+                break
+            pool.score(self.model, parents)
+            children = self._mutate(parents, mutants)
+            pool.score(self.model, children)
+            for c in children:
+                self.population[c.program_hash] = c
+            self._truncate(size)
+        members = list(self.population.values())
+        pool.score(self.model, members)
+
+        # 3. The batch: best predicted, plus the epsilon-greedy share of fresh random ones.
+        n_random = 0
+        if self.eps_greedy > 0 and fresh:
+            n_random = min(len(fresh), count, max(1, round(self.eps_greedy * count)))
+        ranked = _by_score(members)
+        batch: list[SearchCandidate] = []
+        chosen: set[str] = set()
+        for c in ranked:
+            if len(batch) >= count - n_random:
+                break
+            batch.append(c)
+            chosen.add(c.program_hash)
+        for c in fresh:
+            if len(batch) >= count:
+                break
+            if c.program_hash not in chosen:
+                batch.append(c)
+                chosen.add(c.program_hash)
+        for c in ranked:  # fewer fresh ones than planned: fill from the ranking
+            if len(batch) >= count:
+                break
+            if c.program_hash not in chosen:
+                batch.append(c)
+                chosen.add(c.program_hash)
+        for c in batch:
+            self.population.pop(c.program_hash, None)
+        return batch
+
+    def _mutate(self, parents: list[SearchCandidate], count: int) -> list[SearchCandidate]:
+        """Up to ``count`` new children of parents drawn by rank of predicted score."""
+        pool = self.pool
+        ranked = _by_score(parents)
+        weights = [len(ranked) - r for r in range(len(ranked))]
+        # Measured programs parent half of the children by their measured rank: a measured
+        # time is better evidence than any prediction.
+        elites = self.best_measured(self.num_elites or count)
+        elite_weights = [len(elites) - r for r in range(len(elites))]
+        children: list[SearchCandidate] = []
+        seen = set(self.population)
+        attempts = 0
+        while len(children) < count and attempts < 4 * count:
+            attempts += 1
+            if elites and self.rng.random() < self.elite_share:
+                parent = self.rng.choices(elites, weights=elite_weights)[0]
+            else:
+                parent = self.rng.choices(ranked, weights=weights)[0]
+            trace = mutate(parent.trace, self.rng, self.mutators, self.mutator_weights)
+            if trace is None:
+                continue
+            self.stats["mutations"] += 1
+            child = pool.replay(trace)
+            if child is None:
+                self.stats["mutants_invalid"] += 1
+                continue
+            if not pool.is_new(child) or child.program_hash in seen:
+                self.stats["mutants_known"] += 1
+                continue
+            seen.add(child.program_hash)
+            if child.origin != "random":
+                child.origin = "mutant"
+            children.append(child)
+        self.stats["mutants_kept"] += len(children)
+        return children
+
+    def _truncate(self, size: int) -> None:
+        if len(self.population) <= size:
+            return
+        keep = {c.program_hash for c in _by_score(list(self.population.values()))[:size]}
+        self.population = {h: c for h, c in self.population.items() if h in keep}
+
+
+def _by_score(cands: list[SearchCandidate]) -> list[SearchCandidate]:
+    """Highest predicted score first; ties keep their order (deterministic)."""
+    return sorted(cands, key=lambda c: -(c.predicted if c.predicted is not None else -math.inf))
+
+
+register("evolutionary", EvolutionarySearch)

@@ -1,0 +1,459 @@
+"""TuningLoop: generate -> build -> run -> record -> retrain, batch after batch.
+
+    loop = TuningLoop(space, strategy, cost_model, builder, runner, make_input, database)
+    result = loop.run(trials=256)              # LoopResult: history, phase times, best
+    loop.remeasure_top(k=3, rounds=3)          # noise-robust best before it is reported
+
+The loop sits below ``autotune`` in the import stack, so it is handed its builder and runner
+(anything with ``build(inputs) -> builds`` and ``run(inputs, builds) -> MeasureResults``, the
+``autotune.measure`` interfaces) and ``make_input(func)``, which wraps a candidate program into
+whatever those take (``autotune.measure.MeasureInput``).
+
+One batch:
+
+1. The strategy proposes ``batch_size`` new programs (never measured: the pool tracks program
+   hashes of this run and the final-trace hashes in the database).
+2. The cost model scores them before it has seen them: these held-out predictions against the
+   measured times give the model's ranking accuracy (``LoopResult.model_accuracy``).
+3. The builder builds them, the runner times them; artifacts are deleted afterwards.
+4. One database transaction stores the batch (final traces, which replay without
+   post-processing -- what ``apply_history_best`` and a resumed run read back).
+5. The model is retrained on the new results.  Retraining restarts from scratch on all data,
+   so it is deferred until the new data reach ``retrain_ratio`` of what the model has seen
+   (never fewer than one batch): the retraining cost then grows with the data only
+   logarithmically in the number of batches.
+
+Resuming: ``run`` first reads the database: every measured final-trace hash is excluded, and
+the ``warm_start`` best records are replayed, given to the cost model as training data and to
+the strategy as elites (parents), and their best time seeds the runner (its slow-candidate cut
+and output checks start from it).
+
+Time is accounted per phase (``LoopResult.phase_seconds``): "warm_start", "search" (sampling,
+replay, mutation), "predict" (features, predictions), "build", "run" (runner wall time, of
+which "kernel" is inside kernels), "db", "retrain", "remeasure".  ``overhead_share`` is the
+share of the run's wall time spent outside kernels.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cost_models import CostModel, pairwise_accuracy
+from cost_models import features as _features
+from records import Database, TuningRecord, Workload
+from schedules.space import DesignSpace
+from tensor_ir.func import PrimFunc
+
+from .pool import CandidatePool, PhaseTimers, SearchCandidate
+from .strategy import SearchError, SearchStrategy
+
+__all__ = ["LoopResult", "TrialResult", "TuningLoop", "make_logger", "workload_cost"]
+
+_LOGGER = logging.getLogger("search")
+
+
+def workload_cost(func: PrimFunc) -> tuple[float, float]:
+    """(floating-point operations, bytes of the parameters) of one call of ``func``: the
+    work and the least memory traffic, for GFLOPS and GB/s figures.  Taken from the cost
+    model's program features of the unscheduled function (counted analytically, never by
+    running it)."""
+    row = _features.features(func).astype(np.float64)
+    names = _features.FEATURE_NAMES
+    flops = 2.0 ** row[names.index("global.total_flops")] - 1.0
+    nbytes = 2.0 ** row[names.index("global.param_bytes")] - 1.0
+    # Features are log2(1 + x) in float32: round away the representation error.
+    return float(round(flops)), float(round(nbytes))
+
+
+def make_logger(log) -> Callable[[str], None]:
+    """``log`` as a line sink: True prints to stderr, False/None is silent, a
+    ``logging.Logger`` gets ``info``, a callable is called with each line."""
+    if log is True:
+        import sys
+
+        return lambda line: print(line, file=sys.stderr, flush=True)
+    if log is False or log is None:
+        return lambda line: None
+    if isinstance(log, logging.Logger):
+        return log.info
+    if callable(log):
+        return log
+    raise SearchError(f"log must be True, False, a logging.Logger or a callable taking a "
+                      f"line, got {log!r}")
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One measured candidate of a run: its 1-based ``index``; ``seconds`` (median, math.inf
+    for an error) and ``error_kind``; how the strategy found it (``origin``); the model's
+    score before measuring (``predicted``); the best time so far (database included) and the
+    wall seconds since the run started when its batch finished."""
+
+    index: int
+    seconds: float
+    error_kind: str | None
+    origin: str
+    predicted: float | None
+    best_seconds: float
+    elapsed: float
+    trace_hash: str
+    program_hash: str
+
+
+@dataclass
+class LoopResult:
+    """What a run did.  ``best`` is the fastest candidate known at the end of the search (a
+    database elite when nothing faster was found); ``best_seconds`` its median, before any
+    re-measurement."""
+
+    workload_key: str
+    target: str
+    trials: list[TrialResult] = field(default_factory=list)
+    best: SearchCandidate | None = None
+    best_seconds: float = math.inf
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    kernel_seconds: float = 0.0
+    resumed_records: int = 0
+    skipped_known: int = 0
+    model_accuracy: float = math.nan
+    exhausted: bool = False
+    flops: float = 0.0
+    bytes: float = 0.0
+
+    @property
+    def overhead_share(self) -> float:
+        """Share of wall time spent outside kernels (search, build, bookkeeping, ...)."""
+        if self.wall_seconds <= 0:
+            return math.nan
+        return max(0.0, 1.0 - self.kernel_seconds / self.wall_seconds)
+
+    @property
+    def trials_per_minute(self) -> float:
+        return 60.0 * len(self.trials) / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for t in self.trials if t.error_kind is not None)
+
+    def trial_reaching(self, fraction: float = 0.9) -> int | None:
+        """The first trial whose best-so-far throughput was at least ``fraction`` of the final
+        best's (None when the run measured nothing that reached it)."""
+        if not math.isfinite(self.best_seconds):
+            return None
+        for t in self.trials:
+            if t.best_seconds <= self.best_seconds / fraction:
+                return t.index
+        return None
+
+
+class TuningLoop:
+    """Runs the search for one workload (``space.func``) on ``space.target``.
+
+    ``builder``/``runner``: measurement (see the module text); ``make_input(func)``: wraps a
+    candidate program for them; ``database``: a records.Database (a MemoryDatabase when
+    nothing is to be kept); ``batch_size``: candidates per measured batch; ``measure_config``:
+    the settings stored with each record; ``warm_start``: best database records to resume
+    from; ``retrain_ratio``: see the module text; ``log``: see :func:`make_logger`."""
+
+    def __init__(self, space: DesignSpace, strategy: SearchStrategy, cost_model: CostModel,
+                 builder, runner, make_input: Callable[[PrimFunc], Any], database: Database,
+                 *, batch_size: int = 16, measure_config=None, warm_start: int = 64,
+                 retrain_ratio: float = 0.25, log=None):
+        if not isinstance(space, DesignSpace):
+            raise SearchError(f"TuningLoop needs a DesignSpace, got {type(space).__name__}")
+        if not isinstance(strategy, SearchStrategy):
+            raise SearchError(f"TuningLoop needs a SearchStrategy, got "
+                              f"{type(strategy).__name__}")
+        if not isinstance(cost_model, CostModel):
+            raise SearchError(f"TuningLoop needs a CostModel, got {type(cost_model).__name__}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise SearchError(f"TuningLoop: batch_size must be a positive int, got "
+                              f"{batch_size!r}")
+        if not isinstance(warm_start, int) or warm_start < 0:
+            raise SearchError(f"TuningLoop: warm_start must be an int >= 0, got "
+                              f"{warm_start!r}")
+        if not retrain_ratio >= 0:
+            raise SearchError(f"TuningLoop: retrain_ratio must be >= 0, got {retrain_ratio!r}")
+        for name, obj, method in (("builder", builder, "build"), ("runner", runner, "run")):
+            if not callable(getattr(obj, method, None)):
+                raise SearchError(f"TuningLoop: the {name} has no {method}() method")
+        self.space = space
+        self.strategy = strategy
+        self.model = cost_model
+        self.builder = builder
+        self.runner = runner
+        self.make_input = make_input
+        self.database = database
+        self.batch_size = batch_size
+        self.measure_config = measure_config
+        self.warm_start = warm_start
+        self.retrain_ratio = float(retrain_ratio)
+        self.log = make_logger(log)
+        self.timers = PhaseTimers()
+        self.workload = Workload(space.func)
+        self.target = space.target
+        self.flops, self.bytes = workload_cost(space.func)
+        self.pool: CandidatePool | None = None
+        self._trained_rows = 0
+        self._pending: list[tuple[SearchCandidate, float]] = []
+
+    # -- the run -------------------------------------------------------------------------------
+    def run(self, trials: int) -> LoopResult:
+        """Measure up to ``trials`` new candidates (fewer when the space is exhausted)."""
+        if not isinstance(trials, int) or trials < 0:
+            raise SearchError(f"trials must be an int >= 0, got {trials!r}")
+        start = time.perf_counter()
+        key = self.database.commit_workload(self.workload)
+        result = LoopResult(key, str(self.target), flops=self.flops, bytes=self.bytes)
+        elites = self._resume(key, result)
+        best = min(elites, key=lambda c: c.seconds, default=None)
+        kernel = 0.0
+        predictions: list[tuple[np.ndarray, np.ndarray, int]] = []
+        batch_no = 0
+        while len(result.trials) < trials:
+            count = min(self.batch_size, trials - len(result.trials))
+            # 1. Propose (search), 2. score before measuring (held-out predictions).
+            t0, p0 = time.perf_counter(), self.timers["predict"]
+            batch = self.strategy.propose(count)
+            self.timers.add("search", time.perf_counter() - t0 - (self.timers["predict"] - p0))
+            batch = self._checked_batch(batch, count)
+            if not batch:
+                result.exhausted = True
+                self.log(f"[tune {self.workload.name}] the design space gave no new candidate; "
+                         f"stopping after {len(result.trials)} trials")
+                break
+            scores = self.pool.score(self.model, batch)
+            # 3. Build and run.
+            measure_results = self._measure(batch)
+            kernel += sum(float(getattr(r, "kernel_seconds", 0.0)) for r in measure_results)
+            # 4. Record, one transaction.
+            with self.timers.phase("db"):
+                self.database.commit_records([
+                    TuningRecord.from_measure(key, self.target, c.final_trace, r,
+                                              self.measure_config)
+                    for c, r in zip(batch, measure_results)])
+            seconds = [math.inf if r.is_error else float(r.median) for r in measure_results]
+            for c, s in zip(batch, seconds):
+                self.pool.mark_measured(c, s)
+            self.strategy.notify(batch, seconds)
+            if self._trained_rows:
+                predictions.append((scores, np.asarray(seconds), batch_no))
+            # 5. Retrain (deferred; see the module text).
+            self._pending.extend(zip(batch, seconds))
+            if len(self._pending) >= max(len(batch), self.retrain_ratio * self._trained_rows):
+                self._retrain()
+            elapsed = time.perf_counter() - start
+            for c, r, s in zip(batch, measure_results, seconds):
+                if math.isfinite(s) and (best is None or s < best.seconds):
+                    best = c
+                result.trials.append(TrialResult(
+                    len(result.trials) + 1, s, r.error_kind, c.origin, c.predicted,
+                    best.seconds if best is not None else math.inf, elapsed, c.trace_hash,
+                    c.program_hash))
+            batch_no += 1
+            result.kernel_seconds = kernel
+            result.wall_seconds = elapsed
+            self._log_progress(result, batch, seconds, best, trials)
+        if self._pending:
+            self._retrain()
+        result.best = best
+        result.best_seconds = best.seconds if best is not None else math.inf
+        result.kernel_seconds = kernel
+        result.wall_seconds = time.perf_counter() - start
+        result.phase_seconds = self.timers.as_dict()
+        result.phase_seconds["kernel"] = kernel
+        if predictions:
+            s = np.concatenate([p[0] for p in predictions])
+            t = np.concatenate([p[1] for p in predictions])
+            g = np.concatenate([[p[2]] * len(p[0]) for p in predictions])
+            result.model_accuracy = pairwise_accuracy(s, t, g.astype(str))
+        return result
+
+    def _resume(self, key: str, result: LoopResult) -> list[SearchCandidate]:
+        """Read the database: exclude measured traces, replay the best records as elites,
+        train the model on them, seed the runner's best."""
+        with self.timers.phase("warm_start"):
+            measured = self.database.measured_hashes(key, self.target)
+            self.pool = CandidatePool(self.space, key, measured, self.timers)
+            elites: list[SearchCandidate] = []
+            records = self.database.best_k(key, self.target, self.warm_start) \
+                if self.warm_start and measured else []
+            for rec in records:
+                sc = self.pool.replay(rec.trace(), origin="database")
+                if sc is None or sc.seconds is not None:
+                    continue  # no longer valid in this library version, or a duplicate
+                seconds = rec.score if rec.score is not None else rec.median
+                self.pool.mark_measured(sc, seconds)
+                elites.append(sc)
+            result.resumed_records = len(elites)
+            result.skipped_known = len(measured)
+            if elites:
+                self._pending.extend((c, c.seconds) for c in elites)
+                self._retrain()
+                seed_best = getattr(self.runner, "seed_best", None)
+                if callable(seed_best):
+                    seed_best(key, min(c.seconds for c in elites))
+        self.strategy.initialize(self.pool, self.model, elites)
+        if elites:
+            self.log(f"[tune {self.workload.name}] resuming: {len(measured)} candidates "
+                     f"measured before are skipped; best of {len(elites)} stored: "
+                     f"{self._perf(min(c.seconds for c in elites))}")
+        return elites
+
+    def _checked_batch(self, batch: Sequence[SearchCandidate], count: int
+                       ) -> list[SearchCandidate]:
+        """The strategy's batch, with the guarantees the loop relies on enforced."""
+        if len(batch) > count:
+            raise SearchError(f"{type(self.strategy).__name__} proposed {len(batch)} "
+                              f"candidates for a batch of {count}")
+        out, seen = [], set()
+        for c in batch:
+            if not isinstance(c, SearchCandidate):
+                raise SearchError(f"{type(self.strategy).__name__} proposed a "
+                                  f"{type(c).__name__}, not a SearchCandidate")
+            if self.pool.is_new(c) and c.program_hash not in seen:
+                seen.add(c.program_hash)
+                out.append(c)
+        return out
+
+    def _measure(self, batch: Sequence[SearchCandidate]) -> list:
+        inputs = [self.make_input(c.func) for c in batch]
+        with self.timers.phase("build"):
+            builds = self.builder.build(inputs)
+        try:
+            with self.timers.phase("run"):
+                results = self.runner.run(inputs, builds)
+        finally:
+            _remove_artifacts(builds)
+        if len(results) != len(batch):
+            raise SearchError(f"the runner returned {len(results)} results for "
+                              f"{len(batch)} candidates")
+        return results
+
+    def _retrain(self) -> None:
+        if not self._pending:
+            return
+        cands = [c for c, _ in self._pending]
+        seconds = [s for _, s in self._pending]
+        with self.timers.phase("retrain"):
+            self.model.update(self.pool.model_candidates(cands), seconds)
+        self._trained_rows += len(cands)
+        self._pending = []
+
+    # -- re-measuring the best -----------------------------------------------------------------
+    def remeasure_top(self, k: int = 3, rounds: int = 3, max_passes: int = 3) -> list[dict]:
+        """Re-time the ``k`` best records of the workload ``rounds`` times, interleaved (each
+        round runs every candidate once, in turn, so a change in machine load hits them
+        alike), and store each one's re-measurement; the database's ranking score becomes the
+        median of all its runs.  When that demotes them all below a record that was never
+        re-measured, the next ones are re-measured too, beside the best re-measured one (up
+        to ``max_passes`` passes), so the best reported has always been re-measured.
+        Returns per record (latest pass): ``record_id``, ``before`` (its score before),
+        ``after``, ``spread`` ((max - min) / median of the new runs), ``runs``."""
+        for name, value in (("k", k), ("rounds", rounds), ("max_passes", max_passes)):
+            if not isinstance(value, int) or value < 0:
+                raise SearchError(f"remeasure_top: {name} must be an int >= 0, got {value!r}")
+        if k == 0 or rounds == 0 or max_passes == 0:
+            return []
+        key = self.workload.key
+        done: dict[int, dict] = {}
+        attempted: set[int] = set()
+        champion = None  # the best re-measured record so far
+        with self.timers.phase("remeasure"):
+            for pass_no in range(max_passes):
+                top = self.database.best_k(key, self.target, k)
+                if not top or (pass_no and top[0].record_id in attempted):
+                    break
+                group = [r for r in top if r.record_id not in attempted]
+                if champion is not None:
+                    group.append(champion)
+                attempted.update(r.record_id for r in group)
+                for entry in self._remeasure_group(group, rounds):
+                    done[entry["record_id"]] = entry
+                ranked = self.database.best_k(key, self.target, k + len(attempted))
+                champion = next((r for r in ranked if r.record_id in done), None)
+        out = sorted(done.values(), key=lambda d: d["after"])
+        if out:
+            best = out[0]
+            self.log(f"[tune {self.workload.name}] re-measured the top {len(out)} "
+                     f"({rounds} interleaved rounds): best {self._perf(best['after'])}, "
+                     f"spread {100 * best['spread']:.1f}%")
+        return out
+
+    def _remeasure_group(self, records, rounds: int) -> list[dict]:
+        funcs, kept = [], []
+        for rec in records:
+            try:
+                funcs.append(rec.trace().apply(self.space.func).func)
+                kept.append(rec)
+            except Exception as err:  # noqa: BLE001 - a stale record is skipped, said so
+                self.log(f"[tune {self.workload.name}] record {rec.record_id} no longer "
+                         f"replays ({type(err).__name__}: {err}); not re-measured")
+        if not kept:
+            return []
+        inputs = [self.make_input(f) for f in funcs]
+        builds = self.builder.build(inputs)
+        samples: list[list[float]] = [[] for _ in kept]
+        failed: list[str | None] = [None] * len(kept)
+        kernel = 0.0
+        try:
+            for _ in range(rounds):
+                for i, r in enumerate(self.runner.run(inputs, builds)):
+                    kernel += float(getattr(r, "kernel_seconds", 0.0))
+                    if r.is_error:
+                        failed[i] = failed[i] or f"{r.error_kind}: {r.error_msg}"
+                    else:
+                        samples[i].extend(r.run_times)
+        finally:
+            _remove_artifacts(builds)
+        self.timers.add("kernel_remeasure", kernel)
+        out = []
+        for rec, times, why in zip(kept, samples, failed):
+            before = rec.score if rec.score is not None else rec.median
+            if not times:
+                self.log(f"[tune {self.workload.name}] re-measuring record "
+                         f"{rec.record_id} failed ({why}); its score stays")
+                continue
+            after = self.database.update_best_remeasure(rec.record_id, times,
+                                                        self.measure_config)
+            spread = (max(times) - min(times)) / statistics.median(times)
+            out.append({"record_id": rec.record_id, "before": before, "after": after,
+                        "spread": spread, "runs": len(times)})
+        return out
+
+    # -- reporting -----------------------------------------------------------------------------
+    def _perf(self, seconds: float) -> str:
+        if not math.isfinite(seconds):
+            return "none"
+        if self.flops > 0:
+            return f"{self.flops / seconds / 1e9:.2f} GFLOPS ({seconds * 1e3:.3f} ms)"
+        return f"{seconds * 1e3:.3f} ms"
+
+    def _log_progress(self, result: LoopResult, batch, seconds, best, trials: int) -> None:
+        phases = self.timers.as_dict()
+        names = ("search", "predict", "build", "run", "db", "retrain")
+        shown = "  ".join(f"{n} {phases.get(n, 0.0):.1f}s" for n in names)
+        errors = sum(1 for s in seconds if not math.isfinite(s))
+        self.log(f"[tune {self.workload.name}] trials {len(result.trials)}/{trials}  best "
+                 f"{self._perf(best.seconds if best is not None else math.inf)}  batch: "
+                 f"{len(batch) - errors} ok, {errors} errors  |  {shown}  |  outside kernels "
+                 f"{100 * result.overhead_share:.0f}% of {result.wall_seconds:.1f}s")
+
+
+def _remove_artifacts(builds) -> None:
+    for b in builds:
+        path = getattr(b, "artifact_path", None)
+        if path and os.path.isfile(path):
+            try:
+                os.remove(path)
+            except OSError:
+                pass

@@ -1,0 +1,55 @@
+"""Shared helpers of the graph tests: tiny models and record lookups."""
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.graph import GraphBuilder, Model
+
+TARGET = "llvm -num-cores 2"
+
+
+def conv_bn_relu_model(channels: int = 8, image: int = 12, seed: int = 0) -> Model:
+    """input -> conv -> batch_norm -> relu -> conv -> add(residual) -> relu."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("conv_bn_relu")
+    x = b.input("input", (1, channels, image, image))
+
+    def weight(shape):
+        return b.constant(rng.normal(0, 0.3, shape).astype(np.float32), "w")
+
+    def bn():
+        return [b.constant(rng.uniform(lo, hi, channels).astype(np.float32), name)
+                for name, lo, hi in (("gamma", 0.5, 1.5), ("beta", -0.2, 0.2),
+                                     ("mean", -0.2, 0.2), ("var", 0.5, 1.5))]
+
+    conv = dict(strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1))
+    y = b.op("conv2d", [x, weight((channels, channels, 3, 3))], **conv)
+    y = b.op("batch_norm", [y] + bn(), epsilon=1e-5)
+    y = b.op("relu", [y])
+    z = b.op("conv2d", [y, weight((channels, channels, 3, 3))], **conv)
+    z = b.op("add", [z, x])
+    z = b.op("relu", [z])
+    b.output(z, "output")
+    return b.build()
+
+
+def random_inputs(model: Model, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {name: rng.uniform(-1, 1, t.shape).astype(t.dtype)
+            for name, t in model.input_types().items()}
+
+
+def sampled_lookup(target=TARGET, seed: int = 3, only=None):
+    """A stand-in for a tuning database: the record of a function is a design-space sample
+    (a final trace), for every function or for those whose name is in ``only``."""
+    from schedules.space import DesignSpace
+
+    calls = []
+
+    def lookup(func):
+        calls.append(func.name)
+        if only is not None and func.name not in only:
+            return None
+        return DesignSpace(func, target).sample(seed=seed).final_trace
+    lookup.calls = calls
+    return lookup

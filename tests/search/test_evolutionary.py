@@ -1,0 +1,168 @@
+"""Search strategies and mutators, offline (synthetic run times, no compilation)."""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+
+import cost_models
+import search
+from records import MemoryDatabase
+from schedules.sampling import INLINE_DECISION, ROOT_DECISION
+from schedules.space import DesignSpace
+from search.mutators import (
+    MutateCategorical,
+    MutateComputeLocation,
+    MutateParallel,
+    MutateTileSize,
+    MutateUnroll,
+    default_mutators,
+    mutate,
+)
+from tensor_ir import ops
+
+from .fakes import FakeBuilder, SyntheticRunner, small_matmul
+
+
+@pytest.fixture(scope="module")
+def space():
+    return DesignSpace(small_matmul(64), "llvm")
+
+
+@pytest.fixture(scope="module")
+def runner(space):
+    return SyntheticRunner(space)
+
+
+def run_search(space, runner, kind, seed, trials=48, batch_size=8, **options):
+    loop = search.TuningLoop(space, search.create(kind, seed=seed, **options),
+                             cost_models.create("xgb", seed=seed), FakeBuilder(), runner,
+                             lambda f: f, MemoryDatabase(), batch_size=batch_size, log=False)
+    return loop, loop.run(trials)
+
+
+# -- mutators ---------------------------------------------------------------------------------
+
+def test_tile_mutation_keeps_product_and_innermost_bound(space):
+    rng = random.Random(0)
+    mutator = MutateTileSize()
+    changed = 0
+    for seed in range(10):
+        trace = space.sample(seed).trace
+        for index in trace.sampling_indices():
+            if not mutator.applies(trace, index):
+                continue
+            inst = trace[index]
+            new = mutator.propose(trace, index, rng)
+            if new is None:
+                continue
+            changed += 1
+            assert new != list(inst.decision)
+            assert math.prod(new) == math.prod(inst.decision)
+            bound = dict(inst.attrs)["max_innermost_factor"]
+            assert bound == -1 or new[-1] <= bound
+            # The space accepts it: same loop extents, valid tiles.
+            assert space.replay(trace.with_decision(index, new)) is not None
+    assert changed >= 10
+
+
+def test_categorical_mutators_split_parallel_unroll_and_others(space):
+    trace = space.sample(3).trace
+    kinds = {}
+    for index in trace.sampling_indices():
+        for m in (MutateParallel(), MutateUnroll(), MutateCategorical()):
+            if m.applies(trace, index):
+                kinds.setdefault(m.name, []).append(index)
+    # matmul on a multi-core target: one parallel and one unroll categorical, no other.
+    assert len(kinds.get("unroll", [])) == 1
+    assert "categorical" not in kinds
+    rng = random.Random(1)
+    for name, indices in kinds.items():
+        m = {"parallel": MutateParallel(), "unroll": MutateUnroll()}[name]
+        index = indices[0]
+        n = len(dict(trace[index].attrs)["candidates"])
+        for _ in range(20):
+            d = m.propose(trace, index, rng)
+            assert d != trace[index].decision and 0 <= d < n
+
+
+def test_compute_location_mutator_stays_near():
+    func = ops.conv2d_nchw(1, 4, 6, 6, 4, 3, 3, padding=1)
+    sp = DesignSpace(func, "llvm")
+    m = MutateComputeLocation()
+    rng = random.Random(0)
+    seen = 0
+    for seed in range(6):
+        trace = sp.sample(seed).trace
+        for index in trace.sampling_indices():
+            if m.applies(trace, index):
+                current = trace[index].decision
+                for _ in range(10):
+                    d = m.propose(trace, index, rng)
+                    assert d != current and d >= INLINE_DECISION
+                    # Within one past the largest location seen legal at this instruction.
+                    assert d in (ROOT_DECISION, INLINE_DECISION) or d <= m._largest[index] + 1
+                seen += 1
+    assert seen >= 1
+
+
+def test_mutate_changes_exactly_one_decision(space):
+    rng = random.Random(5)
+    trace = space.sample(7).trace
+    for _ in range(20):
+        new = mutate(trace, rng, default_mutators())
+        assert new is not None
+        diff = [k for k in trace.decisions if trace.decisions[k] != new.decisions[k]]
+        assert len(diff) == 1
+
+
+# -- strategies -------------------------------------------------------------------------------
+
+def test_evolutionary_beats_random_on_average(space, runner):
+    evo, rnd = [], []
+    for seed in range(4):
+        evo.append(run_search(space, runner, "evolutionary", seed, trials=64)[1].best_seconds)
+        rnd.append(run_search(space, runner, "random", seed, trials=64)[1].best_seconds)
+    # Same budget, same seeds: the guided search ends closer to the hidden optimum.
+    assert statistics.mean(evo) < statistics.mean(rnd), (evo, rnd)
+
+
+def test_evolutionary_batches_mix_mutants_and_random(space, runner):
+    loop, result = run_search(space, runner, "evolutionary", seed=3, trials=32)
+    origins = [t.origin for t in result.trials]
+    assert origins[:8] == ["random"] * 8          # first batch: nothing to select by yet
+    later = origins[8:]
+    assert "mutant" in later
+    # The epsilon-greedy share: at least one fresh random candidate in every later batch.
+    for b in range(1, 4):
+        assert "random" in origins[8 * b: 8 * (b + 1)]
+    assert loop.strategy.stats["mutants_kept"] > 0
+
+
+def test_propose_only_new_distinct_programs(space, runner):
+    loop, result = run_search(space, runner, "evolutionary", seed=1, trials=24)
+    strategy = loop.strategy
+    batch = strategy.propose(8)
+    hashes = [c.program_hash for c in batch]
+    assert len(set(hashes)) == len(hashes) == 8
+    measured = {t.program_hash for t in result.trials}
+    assert not measured & set(hashes)
+    assert all(loop.pool.is_new(c) for c in batch)
+
+
+def test_create_and_options():
+    assert set(search.kinds()) >= {"evolutionary", "random"}
+    s = search.EvolutionarySearch(seed=1)
+    assert search.create(s) is s
+    with pytest.raises(search.SearchError, match="unknown search strategy 'annealing'"):
+        search.create("annealing")
+    with pytest.raises(search.SearchError, match="eps_greedy"):
+        search.create("evolutionary", eps_greedy=1.5)
+    with pytest.raises(search.SearchError, match="population"):
+        search.EvolutionarySearch(population=0)
+    with pytest.raises(search.SearchError, match="options"):
+        search.create(s, seed=2)
+    with pytest.raises(search.SearchError, match="before initialize"):
+        search.RandomSearch().propose(4)
