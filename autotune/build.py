@@ -208,12 +208,16 @@ def link_shared(object_code: bytes, path: str) -> None:
 def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None = None) -> Kernel:
     """Lower ``func`` (when it is not lowered yet), generate LLVM code for ``target`` and
     compile it.  ``name`` is the kernel's symbol (default: ``func.name``)."""
-    if not isinstance(func, PrimFunc):
-        raise BuildError(f"build takes a PrimFunc, got {type(func).__name__}")
-    llvm_target, num_cores = parse_target(target)
     from .history import current
 
     context = current()
+    if not isinstance(func, PrimFunc):
+        from .graph.ir import Model
+
+        if isinstance(func, Model):
+            return _build_model_under(func, target, context)
+        raise BuildError(f"build takes a PrimFunc or a Model, got {type(func).__name__}")
+    llvm_target, num_cores = parse_target(target)
     if context is not None and not func.attr("lowered"):
         scheduled = context.lookup(func, "llvm" if target is None else target)
         if scheduled is not None:
@@ -233,6 +237,31 @@ def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None
                   func=lowered)
 
 
+
+
+def _build_model_under(model, target, context):
+    """A model build: every fused function takes its best record from the active
+    apply_history_best context (default schedules otherwise)."""
+    from .model_build import build_model
+
+    target = "llvm" if target is None else target
+    if context is None:
+        return build_model(model, target)
+    before = len(context.entries)
+    strict = context.strict
+    context.strict = False  # collect every missing workload, then raise once naming them all
+    try:
+        lib = build_model(model, target, lookup=lambda f: context.lookup(f, target), warn=False)
+    finally:
+        context.strict = strict
+    missing = [e for e in context.entries[before:] if not e.served]
+    if strict and missing:
+        from .history import MissingRecordError
+
+        names = ", ".join(f"{e.name} [{e.workload_key[:12]}]" for e in missing)
+        raise MissingRecordError(f"apply_history_best(strict=True): {len(missing)} workload(s) "
+                                 f"of {model.name} have no tuning record for {target}: {names}")
+    return lib
 
 
 def load_module(path: str | os.PathLike) -> Kernel:

@@ -99,3 +99,34 @@ def test_database_path_is_opened(tmp_path):
     with autotune.apply_history_best(str(path)):
         kernel = autotune.build(func)
     assert structural_equal(kernel.func, lower(sch.func))
+
+
+def test_model_build_under_apply_history_best_reports_coverage():
+    from autotune.graph.tasks import extract_tasks
+    from schedules.space import DesignSpace
+    from tests.graph.helpers import conv_bn_relu_model, random_inputs
+
+    model = conv_bn_relu_model()
+    tasks = extract_tasks(model)
+    assert len(tasks) >= 2
+    heavy = max(tasks, key=lambda t: t.flops)
+    candidate = DesignSpace(heavy.func, "llvm").sample(seed=3)
+    db = Database()
+    key = db.commit_workload(Workload(heavy.func))
+    db.commit_records([TuningRecord(key, str(autotune.Target("llvm")), candidate.final_trace,
+                                    run_times=[1e-4], median=1e-4)])
+    inputs = random_inputs(model, 0)
+    expected = model.evaluate(inputs)["output"]
+
+    with autotune.apply_history_best(db) as ctx:
+        lib = autotune.build(model, target="llvm")
+    np.testing.assert_allclose(lib.run(inputs)["output"], expected, rtol=1e-4, atol=1e-5)
+    assert [f.key for f in lib.report.tuned] == [heavy.key]
+    assert 0 < lib.report.coverage < 1 or len(tasks) == 1
+    assert ctx.coverage()["served"] == 1
+
+    with pytest.raises(autotune.MissingRecordError) as err:
+        with autotune.apply_history_best(db, strict=True):
+            autotune.build(model, target="llvm")
+    others = [t for t in tasks if t.key != heavy.key]
+    assert all(t.key[:12] in str(err.value) for t in others)
