@@ -16,10 +16,16 @@ possible dependence: the check is conservative.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
+import numpy as np
+
 from tensor_ir.analysis import const_bound
 from tensor_ir.expr import And, BinOp, BufferLoad, Cast, Cmp, IntImm, Not, Or, PrimExpr, Var
 from tensor_ir.stmt import REDUCE, Block, BlockRealize, BufferStore, For
 from tensor_ir.visitor import children, collect, substitute, uses_var
+
+from .tree import MISS, IdentityMemo
 
 # Largest loop extent over which atom injectivity is checked by enumeration.
 _MAX_ENUMERATE = 1 << 16
@@ -58,15 +64,42 @@ def reduce_feeder(loop: For) -> tuple[str, str] | None:
 
 def loop_domains(stmt) -> dict:
     """``{loop var: (lo, hi)}`` (inclusive) for every loop with constant bounds under stmt."""
+    # Statements are immutable, and the same function body is asked about again and again
+    # (every loop a post-processor tries, every split): keep the last few answers.  Entries
+    # hold their statements, so a live entry's id is never reused.
+    key = id(stmt)
+    hit = _DOMAINS.get(key)
+    if hit is not None and hit[0] is stmt:
+        _DOMAINS.move_to_end(key)
+        return dict(hit[1])
     dom = {}
     for f in collect(stmt, For):
         if isinstance(f.min, IntImm) and isinstance(f.extent, IntImm):
             dom[f.loop_var] = (f.min.value, f.min.value + f.extent.value - 1)
-    return dom
+    _DOMAINS[key] = (stmt, dom)
+    while len(_DOMAINS) > _DOMAINS_SIZE:
+        _DOMAINS.popitem(last=False)
+    return dict(dom)
+
+
+_DOMAINS: OrderedDict[int, tuple] = OrderedDict()
+_DOMAINS_SIZE = 16
 
 
 def _accesses(realize: BlockRealize):
     """(buffer, indices, is_write) of the block's loads and stores, in loop variables."""
+    # Realizes outside a rewritten subtree are shared by the functions before and after it.
+    found = _ACCESSES.get((realize,))
+    if found is MISS:
+        found = _block_accesses(realize)
+        _ACCESSES.put((realize,), (), found)
+    return found
+
+
+_ACCESSES = IdentityMemo(256)
+
+
+def _block_accesses(realize: BlockRealize):
     block: Block = realize.block
     mapping = {iv.var: v for iv, v in zip(block.iter_vars, realize.iter_values)}
     out = []
@@ -88,7 +121,25 @@ def _pred(realize: BlockRealize):
 # -- linear forms ---------------------------------------------------------------------------
 
 def _linear(e: PrimExpr) -> tuple[dict, int]:
-    """``e`` as ({atom: coefficient}, constant); non-linear subterms are atoms."""
+    """``e`` as ({atom: coefficient}, constant); non-linear subterms are atoms.  The result is
+    shared (expressions are immutable and the same index expressions are analysed for every
+    loop asked about): callers must not change it."""
+    hit = _LINEAR.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    if len(_LINEAR) >= _LINEAR_SIZE:
+        _LINEAR.clear()
+    form = _linear_form(e)
+    _LINEAR[id(e)] = (e, form)
+    return form
+
+
+# id(expression) -> (expression, linear form); holding the expression keeps its id unique.
+_LINEAR: dict[int, tuple] = {}
+_LINEAR_SIZE = 4096
+
+
+def _linear_form(e: PrimExpr) -> tuple[dict, int]:
     if isinstance(e, IntImm):
         return {}, e.value
     if isinstance(e, Cast) and isinstance(e.value, PrimExpr) and e.value.dtype.startswith("int"):
@@ -168,6 +219,107 @@ def _eval_int(e: PrimExpr, env: dict) -> int | None:
     return None
 
 
+class _NotExact(Exception):
+    """Vectorised evaluation might differ from :func:`_eval_int` (int64 could overflow where
+    Python ints do not): take the point-by-point path instead."""
+
+
+# Operands are kept below this magnitude so that int64 results stay exact.
+_SAFE = 1 << 62
+
+
+def _magnitude(value) -> int:
+    if isinstance(value, int):
+        return abs(value)
+    if value.size == 0:
+        return 0
+    return max(abs(int(value.min())), abs(int(value.max())))
+
+
+def _np_eval(e: PrimExpr, env: dict):
+    """:func:`_eval_int` at many points at once: ``env`` maps variables to equal-length int64
+    arrays.  Returns (values, bad) -- values an array or a Python int, bad a boolean array of
+    the points where _eval_int gives None (a division by zero) or None when there are none --
+    or None when _eval_int gives None at every point (an unknown variable or node).  Raises
+    _NotExact where int64 might overflow."""
+    if isinstance(e, IntImm):
+        if abs(e.value) >= _SAFE:
+            raise _NotExact
+        return e.value, None
+    if isinstance(e, Var):
+        value = env.get(e)
+        return None if value is None else (value, None)
+    if isinstance(e, Cast):
+        return _np_eval(e.value, env)
+    if isinstance(e, Not):
+        a = _np_eval(e.a, env)
+        if a is None:
+            return None
+        va, bad = a
+        return (int(not va) if isinstance(va, int) else (va == 0).astype(np.int64)), bad
+    if isinstance(e, (BinOp, Cmp, And, Or)):
+        if isinstance(e, BinOp) and e.op not in _NP_BINOPS:
+            return None
+        a, b = _np_eval(e.a, env), _np_eval(e.b, env)
+        if a is None or b is None:
+            return None
+        (va, bad_a), (vb, bad_b) = a, b
+        bad = bad_a if bad_b is None else (bad_b if bad_a is None else bad_a | bad_b)
+        if isinstance(va, int) and isinstance(vb, int):
+            value = _scalar(e, va, vb)
+            if value is None:
+                return None
+            if abs(value) >= _SAFE:
+                raise _NotExact
+            return value, bad
+        if isinstance(e, BinOp):
+            op = e.op
+            if op in ("+", "-") and _magnitude(va) + _magnitude(vb) >= _SAFE:
+                raise _NotExact
+            if op == "*" and _magnitude(va) * _magnitude(vb) >= _SAFE:
+                raise _NotExact
+            if op in ("//", "%"):
+                if isinstance(vb, int):
+                    if vb == 0:
+                        return None
+                else:
+                    zero = vb == 0
+                    if zero.any():
+                        bad = zero if bad is None else bad | zero
+                        vb = np.where(zero, 1, vb)
+            return _NP_BINOPS[op](va, vb), bad
+        if isinstance(e, Cmp):
+            return _NP_CMPS[e.op](va, vb).astype(np.int64), bad
+        both = np.logical_and if isinstance(e, And) else np.logical_or
+        return both(np.asarray(va) != 0, np.asarray(vb) != 0).astype(np.int64), bad
+    return None
+
+
+def _scalar(e, a: int, b: int) -> int | None:
+    """Binary node ``e`` (BinOp, Cmp, And, Or) over the constants ``a`` and ``b``, as
+    :func:`_eval_int` computes it."""
+    if isinstance(e, BinOp):
+        if e.op in ("//", "%") and b == 0:
+            return None
+        return int(_NP_BINOPS_PY[e.op](a, b))
+    if isinstance(e, Cmp):
+        return int(_NP_CMPS_PY[e.op](a, b))
+    return int(bool(a and b)) if isinstance(e, And) else int(bool(a or b))
+
+
+_NP_BINOPS_PY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+                 "//": lambda a, b: a // b, "%": lambda a, b: a % b, "min": min, "max": max}
+_NP_CMPS_PY = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+               "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+               ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
+_NP_BINOPS = {"+": np.add, "-": np.subtract, "*": np.multiply, "//": np.floor_divide,
+              "%": np.remainder, "min": np.minimum, "max": np.maximum}
+_NP_CMPS = {"==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal,
+            ">": np.greater, ">=": np.greater_equal}
+
+
 def _determines(atoms: list, x: Var, dom: dict) -> bool:
     """Whether equal values of every atom imply equal values of ``x``."""
     if any(a is x for a in atoms):
@@ -177,6 +329,12 @@ def _determines(atoms: list, x: Var, dom: dict) -> bool:
     lo, hi = dom[x]
     if hi - lo + 1 > _MAX_ENUMERATE:
         return False
+    if hi < lo:
+        return True
+    try:
+        return _determines_vectorised(atoms, x, lo, hi)
+    except _NotExact:
+        pass
     seen = set()
     for value in range(lo, hi + 1):
         key = tuple(_eval_int(a, {x: value}) for a in atoms)
@@ -184,6 +342,50 @@ def _determines(atoms: list, x: Var, dom: dict) -> bool:
             return False
         seen.add(key)
     return True
+
+
+def _determines_vectorised(atoms: list, x: Var, lo: int, hi: int) -> bool:
+    """:func:`_determines` over the whole range of ``x`` at once (the same answer: False when
+    an atom has no value somewhere or two values of x give equal atoms)."""
+    xs = np.arange(lo, hi + 1, dtype=np.int64)
+    columns = []
+    for atom in atoms:
+        result = _np_eval(atom, {x: xs})
+        if result is None:
+            return False
+        values, bad = result
+        if bad is not None and bad.any():
+            return False
+        columns.append(np.broadcast_to(np.asarray(values, dtype=np.int64), xs.shape))
+    if len(xs) == 1:
+        return True
+    return _distinct_rows(columns, len(xs))
+
+
+def _distinct_rows(columns: list, count: int) -> bool:
+    """Whether the ``count`` rows of the given equal-length int64 columns are all different.
+
+    The rows are numbered in mixed radix over each column's value range; when the numbers
+    span fewer values than there are rows, two rows must coincide, and when they span a few
+    times the rows at most, counting them is cheaper than sorting."""
+    key = None
+    span = 1
+    for col in columns:
+        lo, hi = int(col.min()), int(col.max())
+        width = hi - lo + 1
+        if span * width > 4 * count:
+            key = None
+            break
+        shifted = col - lo
+        key = shifted if key is None else key * width + shifted
+        span *= width
+    else:
+        if span < count:
+            return False
+        return int(np.bincount(key, minlength=span).max()) <= 1
+    if len(columns) == 1:
+        return len(np.unique(columns[0])) == count
+    return len(np.unique(np.stack(columns, axis=1), axis=0)) == count
 
 
 def _pair_independent(w_idx: tuple, r_idx: tuple, x: Var, dom: dict) -> bool:
@@ -232,20 +434,54 @@ def _points(loops: list[For], env: dict, budget: list):
     return out
 
 
+def _points_cost(loops: list[For]) -> tuple[int, int]:
+    """(points _points builds for ``loops`` summed over its levels, points of the last level);
+    every extent must be constant."""
+    total, count = 0, 1
+    for f in loops:
+        count *= f.extent.value
+        total += count
+    return total, count
+
+
+def _points_fit(loops: list[For], env: dict, budget: list) -> bool:
+    """Whether ``_points(loops, env, budget)`` would succeed, charging the budget as it would."""
+    count = 1
+    for f in loops:
+        lo = _eval_int(f.min, env) if not isinstance(f.min, IntImm) else f.min.value
+        if not (isinstance(f.extent, IntImm)) or lo is None:
+            return False
+        count *= f.extent.value
+        budget[0] -= count
+        if budget[0] < 0:
+            return False
+    return True
+
+
 def _exact_independent(outer: list[For], loop: For, w: tuple, r: tuple) -> bool | None:
     """Enumerate the iteration space: True / False when decided, None when too large."""
     (_, widx, wpred, winner), (_, ridx, rpred, rinner) = w, r
+    head = outer + [loop]
+    # 1. The budget: the enumeration below builds, level by level, every prefix of the head
+    #    loops and then of each accessor's inner loops per head point.  With constant extents
+    #    that count is known up front, and over budget the answer is None whatever the loops
+    #    hold -- so large nests are refused without building the (possibly huge) point lists.
+    if all(isinstance(f.extent, IntImm) for f in head + winner + rinner):
+        head_cost, head_count = _points_cost(head)
+        total = head_cost + head_count * (_points_cost(winner)[0] + _points_cost(rinner)[0])
+        if total > _MAX_POINTS:
+            return None
     budget = [_MAX_POINTS]
-    outer_points = _points(outer + [loop], {}, budget)
+    outer_points = _points(head, {}, budget)
     if outer_points is None:
         return None
     x = loop.loop_var
     for env in outer_points:
         if x not in env:
             continue
-        wpts = _points(winner, env, budget)
-        rpts = _points(rinner, env, budget)
-        if wpts is None or rpts is None:
+        # Only whether every inner nest can be enumerated matters here (bounds that evaluate
+        # and the shared budget): count instead of building the points twice.
+        if not _points_fit(winner, env, budget) or not _points_fit(rinner, env, budget):
             return None
     # Group by the values of the outer loops: iterations of x differ only within one group.
     groups: dict = {}
@@ -280,6 +516,23 @@ def carried_dependence(func_body, loop: For, include_self: bool = True,
     """(writer block, accessor block, buffer) for a dependence iterations of ``loop`` may carry,
     or None when iterations are proven independent.  ``include_self`` also checks a block
     against itself (a reduction carries a dependence over its reduce loops)."""
+    # The answer depends only on these (immutable) nodes, and the same question comes back:
+    # a post-processor checks a loop, then the primitive it calls checks it again.
+    objects = (func_body, loop) + tuple(outer or ())
+    extra = (bool(include_self), outer is None, len(outer or ()))
+    found = _DEPENDENCES.get(objects, extra)
+    if found is MISS:
+        found = _carried_dependence(func_body, loop, include_self, outer)
+        _DEPENDENCES.put(objects, extra, found)
+    return found
+
+
+_DEPENDENCES = IdentityMemo(64)
+_RENAMINGS = IdentityMemo(256)
+
+
+def _carried_dependence(func_body, loop: For, include_self: bool,
+                        outer: list[For] | None) -> tuple[str, str, str] | None:
     x = loop.loop_var
     if isinstance(loop.extent, IntImm) and loop.extent.value <= 1:
         return None  # a single iteration carries nothing
@@ -298,19 +551,29 @@ def carried_dependence(func_body, loop: For, include_self: bool = True,
             if rname == wname and not include_self:
                 continue
             # Rename the accessor's inner loop variables: it may be at another inner iteration.
-            renamed = {}
-            for f in rinner:
-                fresh = Var(f.loop_var.name + "'", f.loop_var.dtype)
-                renamed[f.loop_var] = fresh
-                if f.loop_var in dom:
-                    dom[fresh] = dom[f.loop_var]
+            # The renamed variables are private to this analysis, so one renaming (and the
+            # renamed indices, made once per access when needed) serves every question about
+            # this accessor under these loops.
+            objects = (rreal, *rinner)
+            renaming = _RENAMINGS.get(objects)
+            if renaming is MISS:
+                renaming = ({f.loop_var: Var(f.loop_var.name + "'", f.loop_var.dtype)
+                             for f in rinner}, {})
+                _RENAMINGS.put(objects, (), renaming)
+            renamed, renamed_idx = renaming
+            for old_var, fresh in renamed.items():
+                if old_var in dom:
+                    dom[fresh] = dom[old_var]
             for wbuf, widx, is_write in wacc:
                 if not is_write or wbuf in private:
                     continue
-                for rbuf, ridx, _ in racc:
+                for k, (rbuf, ridx, _) in enumerate(racc):
                     if rbuf is not wbuf:
                         continue
-                    ridx2 = tuple(substitute(i, renamed) for i in ridx)
+                    ridx2 = renamed_idx.get(k)
+                    if ridx2 is None:
+                        ridx2 = tuple(substitute(i, renamed) for i in ridx)
+                        renamed_idx[k] = ridx2
                     if _pair_independent(widx, ridx2, x, dom):
                         continue
                     if outer is not None:

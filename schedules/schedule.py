@@ -330,10 +330,13 @@ class Schedule:
         location = self._lookup(loop, LoopRV, "compute_at")
         if location == ROOT:
             func = None
-        elif location == INLINE:
-            func = self._block_primitive("compute_inline")(self._func, name)
         else:
-            func = self._block_primitive("compute_at")(self._func, name, location)
+            # A sampled location was found by trying this very rewrite: reuse its result.
+            func = sampling.probed_result(self._func, name, location)
+            if func is None and location == INLINE:
+                func = self._block_primitive("compute_inline")(self._func, name)
+            elif func is None:
+                func = self._block_primitive("compute_at")(self._func, name, location)
         self._commit(func, "compute_at", [block, loop], {}, [])
 
     def reverse_compute_at(self, block: BlockRV, loop: LoopRV) -> None:

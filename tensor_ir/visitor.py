@@ -7,6 +7,7 @@ generic machinery (a callback may still replace them).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from typing import Callable
 
 from .buffer import Buffer
@@ -14,6 +15,10 @@ from .expr import FloatImm, IntImm, Node, PrimExpr, Var
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _LEAVES = (Var, Buffer, IntImm, FloatImm)
+# Per node class: a function returning its field values as a tuple (in field order).
+_GETTERS: dict[type, Callable] = {}
+# Per node class: whether dataclasses.replace may be done by a positional constructor call.
+_POSITIONAL: dict[type, bool] = {}
 
 
 def node_fields(cls: type) -> tuple[str, ...]:
@@ -24,13 +29,49 @@ def node_fields(cls: type) -> tuple[str, ...]:
     return names
 
 
+def field_values(cls: type) -> Callable:
+    """A function returning the field values of a ``cls`` node as a tuple, in field order."""
+    # NOTE: the traversals below run over every node of a function many times per schedule
+    # primitive; one attrgetter call per node is much cheaper than a getattr per field.
+    getter = _GETTERS.get(cls)
+    if getter is None:
+        names = node_fields(cls)
+        if not names:
+            getter = _no_values
+        elif len(names) == 1:
+            single = operator.attrgetter(names[0])
+            getter = lambda n: (single(n),)  # noqa: E731 -- a tuple, like attrgetter(a, b)
+        else:
+            getter = operator.attrgetter(*names)
+        _GETTERS[cls] = getter
+    return getter
+
+
+def _no_values(node) -> tuple:
+    return ()
+
+
+def _rebuild(node, changes: dict):
+    """``dataclasses.replace(node, **changes)``, by a positional call when every field is a
+    plain init field (the common case, and several times faster)."""
+    cls = type(node)
+    positional = _POSITIONAL.get(cls)
+    if positional is None:
+        positional = all(f.init and not f.kw_only for f in dataclasses.fields(cls))
+        _POSITIONAL[cls] = positional
+    if not positional:
+        return dataclasses.replace(node, **changes)
+    values = field_values(cls)(node)
+    return cls(*[changes[name] if name in changes else value
+                 for name, value in zip(node_fields(cls), values)])
+
+
 def children(node) -> list:
     """Direct child nodes of ``node`` (nodes inside tuple fields included)."""
     out = []
     if isinstance(node, _LEAVES) or not isinstance(node, Node):
         return out
-    for name in node_fields(type(node)):
-        value = getattr(node, name)
+    for value in field_values(type(node))(node):
         if isinstance(value, Node):
             out.append(value)
         elif isinstance(value, tuple):
@@ -49,13 +90,15 @@ def _collect(value: tuple, out: list) -> None:
 def walk(node, fn: Callable[[Node], object]) -> None:
     """Call ``fn`` on every node in pre-order.  If ``fn`` returns False, skip that subtree."""
     stack = [node]
+    pop, push = stack.pop, stack.extend
     while stack:
-        n = stack.pop()
+        n = pop()
         if fn(n) is False:
             continue
         kids = children(n)
-        kids.reverse()
-        stack.extend(kids)
+        if kids:
+            kids.reverse()
+            push(kids)
 
 
 def transform(node, fn: Callable[[Node], Node | None]):
@@ -66,10 +109,16 @@ def transform(node, fn: Callable[[Node], Node | None]):
     """
     memo: dict[int, object] = {}
 
+    def visit_tuple(n: tuple):
+        new = [visit(v) if isinstance(v, (Node, tuple)) else v for v in n]
+        for a, b in zip(new, n):
+            if a is not b:
+                return tuple(new)
+        return n
+
     def visit(n):
         if isinstance(n, tuple):
-            new = tuple(visit(v) for v in n)
-            return n if all(a is b for a, b in zip(new, n)) else new
+            return visit_tuple(n)
         if not isinstance(n, Node):
             return n
         key = id(n)
@@ -78,14 +127,20 @@ def transform(node, fn: Callable[[Node], Node | None]):
         if isinstance(n, _LEAVES):
             rebuilt = n
         else:
-            changes = {}
-            for name in node_fields(type(n)):
-                old = getattr(n, name)
-                if isinstance(old, (Node, tuple)):
+            cls = type(n)
+            changes = None
+            for name, old in zip(node_fields(cls), field_values(cls)(n)):
+                if isinstance(old, Node):
                     new = visit(old)
-                    if new is not old:
-                        changes[name] = new
-            rebuilt = dataclasses.replace(n, **changes) if changes else n
+                elif isinstance(old, tuple):
+                    new = visit_tuple(old)
+                else:
+                    continue
+                if new is not old:
+                    if changes is None:
+                        changes = {}
+                    changes[name] = new
+            rebuilt = _rebuild(n, changes) if changes else n
         out = fn(rebuilt)
         result = rebuilt if out is None else out
         memo[key] = result
@@ -110,7 +165,26 @@ def substitute(node, mapping: dict):
 
 def collect(node, cls) -> list:
     """All nodes of type ``cls`` in pre-order."""
+    from .stmt import Stmt
+
     found = []
+    if isinstance(cls, type) and issubclass(cls, Stmt):
+        # No expression node has a statement inside it, so a search for statements (loops,
+        # blocks, stores -- the common case) need not enter the expressions, which are most
+        # of the nodes.  Same nodes, same order.
+        stack = [node]
+        pop, push = stack.pop, stack.extend
+        while stack:
+            n = pop()
+            if isinstance(n, cls):
+                found.append(n)
+            if isinstance(n, (PrimExpr, Buffer)) or not isinstance(n, Node):
+                continue
+            kids = [k for k in children(n) if not isinstance(k, PrimExpr)]
+            if kids:
+                kids.reverse()
+                push(kids)
+        return found
 
     def fn(n):
         if isinstance(n, cls):
@@ -142,18 +216,30 @@ def free_vars(node) -> set:
 
 
 def uses_var(node, var: Var) -> bool:
-    found = False
-
-    def fn(n):
-        nonlocal found
-        if found:
-            return False
+    """Whether ``var`` occurs in ``node`` (the nodes :func:`walk` visits)."""
+    stack = [node]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        n = pop()
         if n is var:
-            found = True
-        return None
+            return True
+        if isinstance(n, _LEAVES) or not isinstance(n, Node):
+            continue
+        for value in field_values(type(n))(n):
+            if value is var:
+                return True
+            if isinstance(value, Node):
+                if not isinstance(value, _LEAVES):
+                    stack.append(value)
+            elif isinstance(value, tuple):
+                push(_tuple_nodes(value))
+    return False
 
-    walk(node, fn)
-    return found
+
+def _tuple_nodes(value: tuple) -> list:
+    out: list = []
+    _collect(value, out)
+    return out
 
 
 def is_expr(node) -> bool:

@@ -17,7 +17,7 @@ from tensor_ir.visitor import collect
 
 from ..dependence import carried_dependence, reduce_feeder
 from ..errors import ScheduleError, check
-from ..tree import find_block, find_loop, replace
+from ..tree import MISS, IdentityMemo, find_block, find_loop, replace
 
 
 def _with_kind(func: PrimFunc, loop: For, kind: str, thread: str | None = None) -> PrimFunc:
@@ -53,9 +53,19 @@ def parallel(func: PrimFunc, loop_var: Var) -> PrimFunc:
 
         for i in range(n): ...   ->   for i in parallel(n): ...
     """
+    # A post-processor tries a loop on the pure function before recording it through the
+    # Schedule: the second call returns the first one's result.
+    done = _PARALLEL.get((func, loop_var))
+    if done is not MISS:
+        return done
     loop = find_loop(func, loop_var).node
     _check_concurrent(func, loop, "parallel")
-    return _with_kind(func, loop, PARALLEL)
+    done = _with_kind(func, loop, PARALLEL)
+    _PARALLEL.put((func, loop_var), (), done)
+    return done
+
+
+_PARALLEL = IdentityMemo(16)
 
 
 def vectorize(func: PrimFunc, loop_var: Var) -> PrimFunc:

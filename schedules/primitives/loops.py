@@ -15,7 +15,7 @@ from tensor_ir.visitor import children, substitute, transform, uses_var
 
 from ..dependence import carried_dependence, loop_domains, realizes_under
 from ..errors import ScheduleError, check
-from ..tree import find_loop, replace
+from ..tree import MISS, IdentityMemo, find_loop, replace
 
 
 def simplify_bindings(stmt, dom: dict):
@@ -129,6 +129,21 @@ def fuse(func: PrimFunc, loop_vars) -> tuple[PrimFunc, Var]:
             C[i, j] = ...
     """
     loop_vars = list(loop_vars)
+    # A post-processor tries a fusion on the pure function before recording it through the
+    # Schedule: the second call returns the first one's result (and fused variable).
+    objects = (func, *loop_vars)
+    done = _FUSED.get(objects)
+    if done is not MISS:
+        return done
+    done = _fuse(func, loop_vars)
+    _FUSED.put(objects, (), done)
+    return done
+
+
+_FUSED = IdentityMemo(16)
+
+
+def _fuse(func: PrimFunc, loop_vars: list) -> tuple[PrimFunc, Var]:
     check(len(loop_vars) >= 2, f"fuse needs at least 2 loops, got {len(loop_vars)}")
     check(len({id(v) for v in loop_vars}) == len(loop_vars),
           f"fuse: a loop is given twice in {[v.name for v in loop_vars]}")
