@@ -512,17 +512,24 @@ def _exact_independent(outer: list[For], loop: For, w: tuple, r: tuple) -> bool 
 
 
 def carried_dependence(func_body, loop: For, include_self: bool = True,
-                       outer: list[For] | None = None) -> tuple[str, str, str] | None:
+                       outer: list[For] | None = None,
+                       as_kind: tuple[str, str | None] | None = None
+                       ) -> tuple[str, str, str] | None:
     """(writer block, accessor block, buffer) for a dependence iterations of ``loop`` may carry,
     or None when iterations are proven independent.  ``include_self`` also checks a block
-    against itself (a reduction carries a dependence over its reduce loops)."""
+    against itself (a reduction carries a dependence over its reduce loops).
+
+    ``as_kind`` = (loop kind, thread binding) the loop is about to get: buffers that lowering
+    then allocates inside the loop body (one private copy per iteration, hence per thread;
+    see tensor_ir.compact.private_buffers) carry nothing between iterations -- e.g. a padding
+    stage computed at the loop, whose windows overlap from one iteration to the next."""
     # The answer depends only on these (immutable) nodes, and the same question comes back:
     # a post-processor checks a loop, then the primitive it calls checks it again.
     objects = (func_body, loop) + tuple(outer or ())
-    extra = (bool(include_self), outer is None, len(outer or ()))
+    extra = (bool(include_self), outer is None, len(outer or ()), as_kind)
     found = _DEPENDENCES.get(objects, extra)
     if found is MISS:
-        found = _carried_dependence(func_body, loop, include_self, outer)
+        found = _carried_dependence(func_body, loop, include_self, outer, as_kind)
         _DEPENDENCES.put(objects, extra, found)
     return found
 
@@ -532,7 +539,9 @@ _RENAMINGS = IdentityMemo(256)
 
 
 def _carried_dependence(func_body, loop: For, include_self: bool,
-                        outer: list[For] | None) -> tuple[str, str, str] | None:
+                        outer: list[For] | None,
+                        as_kind: tuple[str, str | None] | None = None
+                        ) -> tuple[str, str, str] | None:
     x = loop.loop_var
     if isinstance(loop.extent, IntImm) and loop.extent.value <= 1:
         return None  # a single iteration carries nothing
@@ -543,6 +552,10 @@ def _carried_dependence(func_body, loop: For, include_self: bool,
     private = set()
     for realize, _ in realizes:
         private.update(realize.block.alloc_buffers)
+    if as_kind is not None:
+        from tensor_ir.compact import private_buffers
+
+        private |= private_buffers(func_body, loop, as_kind[0], as_kind[1])
     accesses = []
     for realize, inner in realizes:
         accesses.append((realize.block.name, inner, _accesses(realize), realize))

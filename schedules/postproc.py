@@ -219,7 +219,7 @@ def _concurrent_ok(sch: Schedule, loop: For) -> bool:
     if reduce_feeder(loop) is not None:
         return False
     outer = tree.find_loop(sch.func, loop.loop_var).loops
-    return carried_dependence(sch.func.body, loop, outer=outer) is None
+    return carried_dependence(sch.func.body, loop, outer=outer, as_kind=(PARALLEL, None)) is None
 
 
 def _vector_split(extent: int, max_vector: int, lanes: int) -> int | None:

@@ -25,7 +25,8 @@ def _with_kind(func: PrimFunc, loop: For, kind: str, thread: str | None = None) 
     return replace(func, loop, new)
 
 
-def _check_concurrent(func: PrimFunc, loop: For, what: str) -> None:
+def _check_concurrent(func: PrimFunc, loop: For, what: str,
+                      as_kind: tuple[str, str | None] | None = None) -> None:
     """Iterations of ``loop`` may run at the same time: no reduction over it, no dependence
     carried between its iterations."""
     name = loop.loop_var.name
@@ -37,7 +38,7 @@ def _check_concurrent(func: PrimFunc, loop: For, what: str) -> None:
         raise ScheduleError(f"{what}: loop {name} feeds reduce iteration variable {feeder[1]} "
                             f"of block {feeder[0]}; its iterations accumulate into one element")
     outer = find_loop(func, loop.loop_var).loops
-    dep = carried_dependence(func.body, loop, outer=outer)
+    dep = carried_dependence(func.body, loop, outer=outer, as_kind=as_kind)
     if dep is not None:
         writer, reader, buf = dep
         raise ScheduleError(
@@ -59,7 +60,7 @@ def parallel(func: PrimFunc, loop_var: Var) -> PrimFunc:
     if done is not MISS:
         return done
     loop = find_loop(func, loop_var).node
-    _check_concurrent(func, loop, "parallel")
+    _check_concurrent(func, loop, "parallel", (PARALLEL, None))
     done = _with_kind(func, loop, PARALLEL)
     _PARALLEL.put((func, loop_var), (), done)
     return done
@@ -109,7 +110,7 @@ def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
         check(loop.kind == SERIAL and loop.thread_binding is None,
               f"bind: loop {name} is already {loop.kind}")
     else:
-        _check_concurrent(func, loop, f"bind({thread_axis})")
+        _check_concurrent(func, loop, f"bind({thread_axis})", (THREAD_BINDING, thread_axis))
     for other in collect(func.body, For):
         if other.thread_binding == thread_axis and other is not loop:
             check(other.extent == loop.extent,

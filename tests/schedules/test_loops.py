@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+import autotune
+
 from schedules import Schedule, ScheduleError, Trace
 from tensor_ir.func import structural_equal
 from tensor_ir.stmt import For
@@ -284,10 +286,14 @@ def test_parallel_reduce_loop(mm):
     assert_unchanged(sch, lambda: sch.parallel(f))
 
 
-def test_parallel_carried_dependence():
-    # D reads C at its own iteration only after compute_at; at the root, a loop around two blocks
-    # where the consumer reads a neighbour row carries a dependence.
+def test_parallel_over_recomputed_producer_is_private():
+    # A is computed at B's loop for elements i and i+1: neighbouring iterations write the same
+    # elements of A, but lowering gives each iteration its own compacted copy of A, so the
+    # loop may run in parallel (and the result is unchanged).
+    import numpy as np
+
     from tensor_ir import te
+    from tensor_ir.interp import evaluate
 
     X = te.placeholder((6,), "float32", name="X")
     A = te.compute((6,), lambda i: X[i] * 2.0, name="A")
@@ -298,7 +304,30 @@ def test_parallel_carried_dependence():
     (bi,) = sch.get_loops(b)
     sch.compute_at(a, bi)                   # A computes elements i, i+1 at iteration i
     (bi,) = sch.get_loops(b)[:1]
-    err = assert_unchanged(sch, lambda: sch.parallel(bi))
+    sch.parallel(bi)
+    x = np.arange(6, dtype="float32")
+    expected = 2 * x[1:] + 2 * x[:-1]
+    np.testing.assert_allclose(evaluate(sch.func, x)[0], expected)
+    out = np.empty(5, "float32")
+    autotune.build(sch.func)(x, out)
+    np.testing.assert_allclose(out, expected)
+
+
+def test_vectorize_over_recomputed_producer_carries_a_dependence():
+    # The same program as above, vectorized instead: the lanes of a vectorized loop share one
+    # copy of A (no allocation lives inside a vectorized loop), so neighbouring lanes write the
+    # elements another lane reads -- a real dependence.
+    from tensor_ir import te
+
+    X = te.placeholder((6,), "float32", name="X")
+    A = te.compute((6,), lambda i: X[i] * 2.0, name="A")
+    B = te.compute((5,), lambda i: A[i + 1] + A[i], name="B")
+    sch = Schedule(te.create_prim_func([X, B]))
+    a, b = sch.get_block("A"), sch.get_block("B")
+    (bi,) = sch.get_loops(b)
+    sch.compute_at(a, bi)
+    (bi,) = sch.get_loops(b)[:1]
+    err = assert_unchanged(sch, lambda: sch.vectorize(bi))
     assert "dependence" in str(err) and "buffer A" in str(err)
 
 
