@@ -10,10 +10,14 @@ strategy ("evolutionary" by default, or "random"), a cost model ("xgb" by defaul
 as results come in, candidates built by a LocalBuilder and timed by a LocalRunner (or the
 builder and runner given), every result stored in the database in one transaction per batch.
 With a database file, a second run continues from the best stored records and never measures
-a candidate measured before for that target.  At the end the top few candidates are
-re-measured interleaved and the best median over those runs is what is reported (its spread
-is stored in the database beside it).  A fixed ``seed`` gives a reproducible search (the
-measured times, and so the choices that follow them, still carry the machine's noise).
+a candidate measured before for that target.  ``trials`` is the workload's total budget on the
+target: candidates already stored for it count, so the same call run again after a kill (or
+after it finished) measures only what is missing -- nothing once the budget is met.
+``top_up=False`` measures ``trials`` new candidates on top of the stored ones instead.  At the
+end the top few candidates are re-measured interleaved and the best median over those runs is
+what is reported (its spread is stored in the database beside it).  A fixed ``seed`` gives a
+reproducible search (the measured times, and so the choices that follow them, still carry the
+machine's noise).
 """
 from __future__ import annotations
 
@@ -56,6 +60,9 @@ class TuneResult:
     best_spread    (max - min) / median of its re-measured runs (None: not re-measured).
     workload_key, target   what was tuned and for which target (canonical string).
     trials         candidates measured by this call; ``history`` one TrialResult each.
+    previous_trials  distinct candidates of the workload and target (on this hardware) the
+                   database held before this call; with ``top_up`` they counted toward the
+                   budget, so ``previous_trials + trials`` is the stored total.
     phase_seconds  wall seconds per phase (search, predict, build, run, kernel, db,
                    retrain, warm_start, remeasure).
     wall_seconds, overhead_share, trials_per_minute, model_accuracy   see search.LoopResult.
@@ -77,6 +84,7 @@ class TuneResult:
     trials_per_minute: float = 0.0
     model_accuracy: float = math.nan
     resumed_records: int = 0
+    previous_trials: int = 0
     remeasured: list[dict] = field(default_factory=list)
     loop: LoopResult | None = field(default=None, repr=False)
 
@@ -91,8 +99,13 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
          cost_model: str | cost_models.CostModel = "xgb", batch_size: int = 16, seed: int = 0,
          measure_config: MeasureConfig | None = None, builder=None, runner=None,
          space: DesignSpace | None = None, remeasure_top: int = 3, remeasure_rounds: int = 3,
-         warm_start: int = 64, log=True) -> TuneResult:
-    """Tune ``func`` for ``target`` with ``trials`` measured candidates.
+         warm_start: int = 64, top_up: bool = True, log=True) -> TuneResult:
+    """Tune ``func`` for ``target`` until ``trials`` candidates are measured.
+
+    ``trials`` counts the candidates already in the database for this workload and target
+    (``top_up=True``, the default): a run resumed after an interruption, or repeated, tops
+    the stored total up to ``trials`` and measures nothing when it is there already.
+    ``top_up=False`` measures ``trials`` new candidates whatever is stored.
 
     ``database``: a file path (opened, created if needed, closed at the end), a
     records.Database, or None (an in-memory one: nothing is kept).  ``strategy`` and
@@ -113,6 +126,8 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         raise TuneError(f"autotune.tune: trials must be an int >= 0, got {trials!r}")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TuneError(f"autotune.tune: seed must be an int, got {seed!r}")
+    if not isinstance(top_up, bool):
+        raise TuneError(f"autotune.tune: top_up must be True or False, got {top_up!r}")
     if measure_config is not None and not isinstance(measure_config, MeasureConfig):
         raise TuneError(f"autotune.tune: measure_config must be a MeasureConfig, got "
                         f"{type(measure_config).__name__}")
@@ -154,7 +169,7 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         loop = search.TuningLoop(space, strategy_obj, model, builder, runner, make_input, db,
                                  batch_size=batch_size, measure_config=config,
                                  warm_start=warm_start, log=log)
-        result = loop.run(trials)
+        result = loop.run(trials, top_up=top_up)
         remeasured = loop.remeasure_top(remeasure_top, remeasure_rounds)
         return _result(func, loop, result, remeasured, db, target)
     finally:
@@ -178,7 +193,8 @@ def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasu
               "overhead_share": result.overhead_share,
               "trials_per_minute": result.trials_per_minute,
               "model_accuracy": result.model_accuracy,
-              "resumed_records": result.resumed_records, "remeasured": list(remeasured),
+              "resumed_records": result.resumed_records,
+              "previous_trials": result.skipped_known, "remeasured": list(remeasured),
               "loop": result}
     if best_rec is None:
         return TuneResult(None, None, math.inf, 0.0, 0.0, None, **common)

@@ -26,7 +26,9 @@ One batch:
 Resuming: ``run`` first reads the database: every measured final-trace hash is excluded, and
 the ``warm_start`` best records are replayed, given to the cost model as training data and to
 the strategy as elites (parents), and their best time seeds the runner (its slow-candidate cut
-and output checks start from it).
+and output checks start from it).  ``run(trials)`` measures ``trials`` new candidates;
+``run(trials, top_up=True)`` treats ``trials`` as the workload's total and measures only what
+the database lacks of it (what ``autotune.tune`` does by default).
 
 Time is accounted per phase (``LoopResult.phase_seconds``): "warm_start", "search" (sampling,
 replay, mutation), "predict" (features, predictions), "build", "run" (runner wall time, of
@@ -207,20 +209,30 @@ class TuningLoop:
         self._pending: list[tuple[SearchCandidate, float]] = []
 
     # -- the run -------------------------------------------------------------------------------
-    def run(self, trials: int) -> LoopResult:
-        """Measure up to ``trials`` new candidates (fewer when the space is exhausted)."""
-        if not isinstance(trials, int) or trials < 0:
+    def run(self, trials: int, *, top_up: bool = False) -> LoopResult:
+        """Measure up to ``trials`` new candidates (fewer when the space is exhausted).
+
+        With ``top_up=True``, ``trials`` is the workload's total budget on this target
+        instead: the distinct candidates the database already holds for it (measured on
+        this hardware, errors included: ``LoopResult.skipped_known``) count toward it, and
+        only the rest are measured -- none once the budget is met.  A run killed and started
+        again with the same budget thus ends with as many stored candidates as one that was
+        never interrupted."""
+        if not isinstance(trials, int) or isinstance(trials, bool) or trials < 0:
             raise SearchError(f"trials must be an int >= 0, got {trials!r}")
         start = time.perf_counter()
         key = self.database.commit_workload(self.workload)
         result = LoopResult(key, str(self.target), flops=self.flops, bytes=self.bytes)
         elites = self._resume(key, result)
+        # Progress lines count toward the budget what was stored before when topping up.
+        stored = result.skipped_known if top_up else 0
+        budget = max(0, trials - stored)
         best = min(elites, key=lambda c: c.seconds, default=None)
         kernel = 0.0
         predictions: list[tuple[np.ndarray, np.ndarray, int]] = []
         batch_no = 0
-        while len(result.trials) < trials:
-            count = min(self.batch_size, trials - len(result.trials))
+        while len(result.trials) < budget:
+            count = min(self.batch_size, budget - len(result.trials))
             # 1. Propose (search), 2. score before measuring (held-out predictions).
             t0, p0 = time.perf_counter(), self.timers["predict"]
             batch = self.strategy.propose(count)
@@ -262,7 +274,7 @@ class TuningLoop:
             batch_no += 1
             result.kernel_seconds = kernel
             result.wall_seconds = elapsed
-            self._log_progress(result, batch, seconds, best, trials)
+            self._log_progress(result, batch, seconds, best, trials, stored)
         if self._pending:
             self._retrain()
         result.best = best
@@ -438,12 +450,14 @@ class TuningLoop:
             return f"{self.flops / seconds / 1e9:.2f} GFLOPS ({seconds * 1e3:.3f} ms)"
         return f"{seconds * 1e3:.3f} ms"
 
-    def _log_progress(self, result: LoopResult, batch, seconds, best, trials: int) -> None:
+    def _log_progress(self, result: LoopResult, batch, seconds, best, trials: int,
+                      stored: int = 0) -> None:
         phases = self.timers.as_dict()
         names = ("search", "predict", "build", "run", "db", "retrain")
         shown = "  ".join(f"{n} {phases.get(n, 0.0):.1f}s" for n in names)
         errors = sum(1 for s in seconds if not math.isfinite(s))
-        self.log(f"[tune {self.workload.name}] trials {len(result.trials)}/{trials}  best "
+        done = stored + len(result.trials)
+        self.log(f"[tune {self.workload.name}] trials {done}/{trials}  best "
                  f"{self._perf(best.seconds if best is not None else math.inf)}  batch: "
                  f"{len(batch) - errors} ok, {errors} errors  |  {shown}  |  outside kernels "
                  f"{100 * result.overhead_share:.0f}% of {result.wall_seconds:.1f}s")
