@@ -1,0 +1,297 @@
+"""The ``tune-model`` console script: tune a whole model, or reprint its report.
+
+    tune-model resnet18 --trials 1000 --db tuning.db --report report/
+    tune-model model.onnx --target "llvm -num-cores 2" --time-budget 8h --db tuning.db
+    tune-model resnet18 --db tuning.db --until 07:30        # plan the run to end by then
+    tune-model resnet18 --db tuning.db                      # again: resumes where it stopped
+    tune-model report --db tuning.db [--model resnet18] [--report report/]
+
+MODEL is a zoo name (resnet18, resnet50, mobilenet_v2, bert_base_layer; ``--option
+image_size=64`` and the like shrink them) or an .onnx file (``--input-shape
+input=1x3x224x224`` fixes symbolic dimensions).  ``--trials`` is the model's total, counting
+records already in the database, so rerunning a stopped command finishes the same budget.
+
+On a terminal a live display shows every task (trials, best time, share of the estimated
+latency, GFLOP/s, roofline) and the overall trials, elapsed time, time left and estimated
+latency; elsewhere plain log lines are written.  Ctrl-C stops after the batch in flight (its
+records are committed); a second Ctrl-C drops that batch (nothing of it is written).  The run
+ends with the report: the text table on standard output, plus report.txt, report.json and the
+tuning curve curve.png under ``--report DIR``.
+
+Exit status: 0 done; 1 an error (named on standard error); 2 a usage error; 3 the coverage is
+below ``--min-coverage``; 130 stopped by Ctrl-C.  Environment: TERM=dumb turns the live display
+off (so does ``--no-live``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import signal
+import sys
+import threading
+
+__all__ = ["main"]
+
+EXIT_ERROR, EXIT_USAGE, EXIT_COVERAGE, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+def _tune_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tune-model",
+        description="Tune every fused function of a model and store the records in a "
+                    "database.  'tune-model report --db FILE' reprints a stored report.")
+    p.add_argument("model", help="zoo model name or .onnx file")
+    p.add_argument("--target", default="llvm", help="target string (default: llvm, this CPU)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="the model's total trial budget, stored records included "
+                        "(default: 64 per task, or unlimited with a time limit)")
+    p.add_argument("--time-budget", default=None,
+                   help="wall-time limit of this run, e.g. 8h, 1h30m, 45m, 600")
+    p.add_argument("--until", default=None, metavar="HH:MM",
+                   help="end the run by this local time (the next one to come)")
+    p.add_argument("--db", default="tuning.db", help="record database (default: tuning.db)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num-workers", type=int, default=None,
+                   help="build processes (default: the usable cores)")
+    p.add_argument("--log-file", default=None, help="append plain progress lines to this file")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="write report.txt, report.json and curve.png here")
+    p.add_argument("--policy", default="gradient", choices=("gradient", "round-robin"),
+                   help="how trials are shared among tasks (default: gradient)")
+    p.add_argument("--strategy", default="evolutionary", help="search strategy kind")
+    p.add_argument("--cost-model", default="xgb", help="cost model kind")
+    p.add_argument("--batch-size", type=int, default=16, help="trials per measured batch")
+    p.add_argument("--patience", type=int, default=None,
+                   help="trials without improvement after which a task stops "
+                        "(default: 12 batches)")
+    p.add_argument("--repeat", type=int, default=None, help="timed repeats per candidate")
+    p.add_argument("--min-repeat-ms", type=float, default=None,
+                   help="shortest timed repeat in milliseconds")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds one candidate may run")
+    p.add_argument("--remeasure-top", type=int, default=3,
+                   help="best candidates per task re-timed at the end (0: none)")
+    p.add_argument("--min-coverage", type=float, default=None, metavar="FRACTION",
+                   help="strict mode: fail (exit 3) when records cover less than this share "
+                        "of the model's FLOPs, e.g. 0.95")
+    p.add_argument("--measure-latency", action="store_true",
+                   help="time the built model end to end at the end")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="zoo model option, e.g. image_size=64 (repeatable)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="ONNX input shape, e.g. input=1x3x224x224 (repeatable)")
+    p.add_argument("--no-live", action="store_true", help="plain log lines, even on a terminal")
+    return p
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tune-model report",
+                                description="Reprint the report of models tuned into a "
+                                            "database, from its records.")
+    p.add_argument("--db", default="tuning.db", help="record database (default: tuning.db)")
+    p.add_argument("--model", default=None, help="only this model (by name)")
+    p.add_argument("--target", default=None, help="only this target string")
+    p.add_argument("--report", default=None, metavar="DIR",
+                   help="also write report.txt, report.json and curve.png here")
+    return p
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _key_values(items, what: str, parse) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{what} {item!r} must be written KEY=VALUE")
+        out[key.strip()] = parse(value.strip())
+    return out
+
+
+def _dims(text: str) -> tuple:
+    try:
+        return tuple(int(d) for d in text.lower().replace(",", "x").split("x"))
+    except ValueError:
+        raise ValueError(f"input shape {text!r} must be dimensions joined by x, e.g. "
+                         f"1x3x224x224") from None
+
+
+def until_deadline(text: str, now: _dt.datetime | None = None) -> float:
+    """Seconds since the epoch of the next local time ``HH:MM`` (today, or tomorrow when it
+    has passed)."""
+    try:
+        hour, minute = (int(x) for x in text.strip().split(":"))
+        if not (0 <= hour < 24 and 0 <= minute < 60):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"--until {text!r} must be a local time HH:MM, e.g. 07:30") from None
+    now = now or _dt.datetime.now()
+    end = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if end <= now:
+        end += _dt.timedelta(days=1)
+    return end.timestamp()
+
+
+def _write_report_dir(directory: str, reports) -> None:
+    from .report import format_report, save_plot
+
+    os.makedirs(directory, exist_ok=True)
+    many = len(reports) > 1
+    for report in reports:
+        stem = "" if not many else report.model.replace(os.sep, "_") + "-"
+        with open(os.path.join(directory, f"{stem}report.txt"), "w") as f:
+            f.write(format_report(report) + "\n")
+        doc = report.to_json()
+        doc["curve"] = [list(point) for point in report.curve]
+        doc["estimated_latency"] = report.estimated_latency
+        with open(os.path.join(directory, f"{stem}report.json"), "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+        save_plot(report, os.path.join(directory, f"{stem}curve.png"))
+
+
+class _Interrupts:
+    """Ctrl-C handling: the first SIGINT asks the scheduler to stop after the batch in flight;
+    the second raises KeyboardInterrupt, dropping that batch (its transaction never began or
+    is rolled back)."""
+
+    def __init__(self, notify):
+        self.requested = threading.Event()
+        self.notify = notify
+        self._previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum, frame):
+        if self.requested.is_set():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.requested.set()
+        self.notify("[tune-model] Ctrl-C: stopping after the batch in flight (Ctrl-C again "
+                    "to drop it)")
+
+
+def _tune(argv) -> int:
+    args = _tune_parser().parse_args(argv)
+    import autotune
+    from autotune.measure import MeasureConfig
+    from records import DatabaseError
+
+    from .progress import Progress
+    from .report import format_report
+    from .tune_model import CoverageError, parse_duration
+
+    try:
+        model_options = _key_values(args.option, "--option", _number)
+        input_shapes = _key_values(args.input_shape, "--input-shape", _dims) or None
+        deadline = until_deadline(args.until) if args.until else None
+        time_budget = parse_duration(args.time_budget) if args.time_budget else None
+        measure = {k: v for k, v in (("repeat", args.repeat),
+                                     ("min_repeat_ms", args.min_repeat_ms),
+                                     ("timeout", args.timeout)) if v is not None}
+        config = MeasureConfig(**measure)
+        model = autotune.load_model(args.model, input_shapes, **model_options)
+    except (ValueError, OSError) as err:  # bad option values, FrontendError, missing file
+        print(f"tune-model: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+    progress = Progress(sys.stderr, model=model.name, live=False if args.no_live else None,
+                        log_file=args.log_file)
+    result, status = None, 0
+    try:
+        with _Interrupts(progress.line) as interrupts:
+            try:
+                result = autotune.tune_model(
+                    model, args.target, trials=args.trials, database=args.db,
+                    time_budget=time_budget, deadline=deadline, policy=args.policy,
+                    strategy=args.strategy, cost_model=args.cost_model,
+                    batch_size=args.batch_size, seed=args.seed, num_workers=args.num_workers,
+                    measure_config=config, patience=args.patience,
+                    remeasure_top=args.remeasure_top, measure_latency=args.measure_latency,
+                    min_coverage=args.min_coverage, listener=progress.listener,
+                    should_stop=interrupts.requested.is_set, log=progress.line)
+            except CoverageError as err:
+                result, status = err.result, EXIT_COVERAGE
+                message = str(err)
+            except KeyboardInterrupt:
+                progress.close()
+                print("tune-model: interrupted; the batch in flight was dropped (every "
+                      "committed record is kept; run the same command again to resume)",
+                      file=sys.stderr)
+                return EXIT_INTERRUPTED
+    except (ValueError, OSError, DatabaseError) as err:  # TuneError, TargetError, ...
+        progress.close()
+        print(f"tune-model: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        progress.close()
+    print(format_report(result.report))
+    if args.report:
+        _write_report_dir(args.report, [result.report])
+        print(f"report written to {args.report}/ (report.txt, report.json, curve.png)")
+    if status == EXIT_COVERAGE:
+        print(f"tune-model: {message}", file=sys.stderr)
+        return status
+    if result.stopped == "interrupted":
+        print("tune-model: stopped by Ctrl-C after the batch in flight; run the same command "
+              "again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def _report(argv) -> int:
+    args = _report_parser().parse_args(argv)
+    from records import Database, DatabaseError
+
+    from .report import format_report, load
+
+    if not os.path.exists(args.db):
+        print(f"tune-model report: no database at {args.db}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        with Database(args.db, create=False) as db:
+            target = None
+            if args.target is not None:
+                from records import canonical_target
+
+                target = canonical_target(args.target)
+            reports = load(db, args.model, target)
+    except (DatabaseError, ValueError) as err:
+        print(f"tune-model report: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    if not reports:
+        which = f" of model {args.model}" if args.model else ""
+        print(f"tune-model report: {args.db} holds no tune-model report{which}",
+              file=sys.stderr)
+        return EXIT_ERROR
+    print("\n\n".join(format_report(r) for r in reports))
+    if args.report:
+        _write_report_dir(args.report, reports)
+    return 0
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``tune-model`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "report":
+        return _report(argv[1:])
+    return _tune(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""autotune.tune_model: tune every fused function of a model under one trial budget.
+
+    result = autotune.tune_model("resnet18", target="llvm", trials=1000, database="tuning.db")
+    print(result)                       # the report: per task trials, best, share, roofline
+    with autotune.apply_history_best("tuning.db"):
+        lib = autotune.build(autotune.load_model("resnet18"), "llvm")
+
+The model (a zoo name, an .onnx path, an onnx.ModelProto or a Model) is split into tasks: one
+per structurally unique fused function, weighted by how often it occurs
+(autotune.graph.tasks.extract_tasks).  A search.TaskScheduler shares the budget among them
+("gradient" by default: trials go where they are expected to lower the estimated end-to-end
+latency the most; "round-robin" as the simple alternative), running one tuning loop per task
+(search.TuningLoop, the loop of ``autotune.tune``) on shared builder and runner processes,
+each task with its own cost model.  (``share_cost_model=True`` gives all tasks one model, as
+Ansor does; each task's loop then retrains it on every task's data, which costs seconds per
+batch once thousands of records have accumulated, so it is not the default.)
+
+``trials`` is the model's total: records stored in the database for the model's tasks on this
+target count, so a run stopped early and started again ends with the same total and never
+measures a candidate twice.  ``time_budget`` (seconds, or text such as "8h", "1h30m") and
+``deadline`` (seconds since the epoch) bound the wall time as well.  A task whose design
+space cannot be built, or whose candidates keep failing, is set aside with its error; the
+others go on.  At the end the best candidates of each task tuned in this run are re-measured,
+the report is stored in the database (``tune-model report`` reprints it), and the model is
+built from the database to report its coverage (share of FLOPs served by records);
+``min_coverage`` makes a lower coverage an error.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import cost_models
+import search
+from records import Database, MemoryDatabase
+from schedules.space import DesignSpace
+from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
+from tensor_ir.func import PrimFunc
+from tensor_ir.target import Target
+
+from .executor import BuildReport
+from .frontends import load_model
+from .graph.ir import Model
+from .graph.tasks import extract_tasks
+from .measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
+from .report import ModelReport, TaskRow, format_report, refresh, store
+from .tune import TuneError
+
+__all__ = ["CoverageError", "TuneModelResult", "model_tasks", "parse_duration", "tune_model"]
+
+# Trials per task when neither a budget nor a time limit is given.
+DEFAULT_TRIALS_PER_TASK = 64
+
+
+class CoverageError(TuneError):
+    """tune_model(min_coverage=...): the tuned records cover less of the model than asked.
+    ``result`` holds the run's outcome."""
+
+    def __init__(self, message: str, result: TuneModelResult):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class TuneModelResult:
+    """The outcome of :func:`tune_model`.
+
+    tasks            search.SchedulerTask per task (trials, best_seconds, status, error, ...).
+    trials           the model's trials in the database (this run's and earlier ones).
+    trials_run       trials measured by this call.
+    stopped          why the search ended: "budget", "deadline", "interrupted", "done".
+    estimated_latency  sum of weight x best time over the tasks, seconds.
+    build_report     coverage of a build from the database (None when not built).
+    measured_latency end-to-end seconds of that build (only with ``measure_latency``).
+    report           the ModelReport (``str(result)`` formats it).
+    """
+
+    model: str
+    target: str
+    tasks: list[SchedulerTask]
+    trials: int
+    trials_run: int
+    budget: int | None
+    stopped: str
+    estimated_latency: float
+    wall_seconds: float
+    curve: list[tuple[float, int, float]] = field(default_factory=list)
+    build_report: BuildReport | None = None
+    measured_latency: float | None = None
+    report: ModelReport | None = None
+    scheduler: SchedulerResult | None = field(default=None, repr=False)
+
+    @property
+    def coverage(self) -> float | None:
+        return None if self.build_report is None else self.build_report.coverage
+
+    @property
+    def failed(self) -> list[SchedulerTask]:
+        return [t for t in self.tasks if t.status == "failed"]
+
+    def __str__(self) -> str:
+        return format_report(self.report) if self.report is not None else repr(self)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms]?)")
+
+
+def parse_duration(text: str | float | int) -> float:
+    """Seconds from a number or text such as "8h", "1h30m", "45m", "90s", "2d", "600"."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if not text > 0:
+            raise TuneError(f"a time budget must be > 0 seconds, got {text!r}")
+        return float(text)
+    if not isinstance(text, str):
+        raise TuneError(f"a time budget is a number of seconds or text like '8h', got "
+                        f"{type(text).__name__}")
+    compact = text.strip().lower().replace(" ", "")
+    parts = _DURATION.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise TuneError(f"cannot read the time budget {text!r}; write e.g. '8h', '1h30m', "
+                        f"'45m', '90s' or a number of seconds")
+    scale = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
+    seconds = sum(float(n) * scale[u] for n, u in parts)
+    if not seconds > 0:
+        raise TuneError(f"the time budget {text!r} is not positive")
+    return seconds
+
+
+def _buffer_bytes(buffer) -> int:
+    from tensor_ir import dtype as dt
+
+    count = 1
+    for extent in buffer.const_shape:
+        count *= int(extent)
+    return count * dt.bits(dt.canonical(buffer.dtype)) // 8
+
+
+def model_tasks(model: Model) -> list[SchedulerTask]:
+    """The model's tasks as the scheduler sees them.  Tasks of one fused function name share
+    a group (their throughputs are compared) and are told apart by a ``#n`` suffix."""
+    tasks = []
+    seen: dict[str, int] = {}
+    for task in extract_tasks(model):
+        seen[task.name] = seen.get(task.name, 0) + 1
+        name = task.name if seen[task.name] == 1 else f"{task.name}#{seen[task.name]}"
+        tasks.append(SchedulerTask(name, task.key, task.weight, float(task.flops),
+                                   float(sum(_buffer_bytes(b) for b in task.func.params)),
+                                   group=task.func.name, func=task.func))
+    return tasks
+
+
+def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
+               database: str | os.PathLike | Database | None = None, *,
+               time_budget: float | str | None = None, deadline: float | None = None,
+               policy: str = "gradient", strategy: str = "evolutionary",
+               cost_model: str = "xgb", share_cost_model: bool = False, batch_size: int = 16,
+               seed: int = 0, num_workers: int | None = None,
+               measure_config: MeasureConfig | None = None, builder=None, runner=None,
+               patience: int | None = None, remeasure_top: int = 3, remeasure_rounds: int = 3,
+               warm_start: int = 64, build: bool = True, measure_latency: bool = False,
+               min_coverage: float | None = None, listener: Callable | None = None,
+               should_stop: Callable[[], bool] | None = None, log=False,
+               input_shapes: dict | None = None, model_options: dict | None = None
+               ) -> TuneModelResult:
+    """Tune ``model`` for ``target``; see the module text.
+
+    ``trials``: the model's total budget (default: 64 per task unless a time limit is
+    given).  ``policy``: "gradient" or "round-robin".  ``strategy``/``cost_model``: kinds as
+    in ``autotune.tune``; ``share_cost_model``: one model for all tasks (see the module
+    text).  ``num_workers``: build processes.  ``builder``/``runner``: measurement back-ends
+    (defaults are made and closed here).  ``patience``: trials without improvement after
+    which a task stops.
+    ``listener(event, scheduler, task)`` and ``should_stop()``: see search.TaskScheduler
+    (the tune-model display and its Ctrl-C handling use them).  ``log``: True, False, a
+    logging.Logger or a callable taking lines (the per-task loops' and the scheduler's).
+    ``input_shapes``/``model_options``: passed to ``load_model``.  ``build``: build the model
+    from the database at the end and report coverage (``measure_latency``: and time it);
+    ``min_coverage``: raise CoverageError below this share of FLOPs.
+    """
+    # 1. Arguments, before any process starts.
+    if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool)
+                               or trials < 0):
+        raise TuneError(f"tune_model: trials must be an int >= 0, got {trials!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise TuneError(f"tune_model: batch_size must be a positive int, got {batch_size!r}")
+    if min_coverage is not None and not 0 <= min_coverage <= 1:
+        raise TuneError(f"tune_model: min_coverage is a share of FLOPs in [0, 1], got "
+                        f"{min_coverage!r}")
+    if measure_config is not None and not isinstance(measure_config, MeasureConfig):
+        raise TuneError(f"tune_model: measure_config must be a MeasureConfig, got "
+                        f"{type(measure_config).__name__}")
+    target = target if isinstance(target, Target) else Target(target)
+    now = time.time()
+    limits = [d for d in (deadline, None if time_budget is None
+                          else now + parse_duration(time_budget)) if d is not None]
+    end_by = min(limits) if limits else None
+    model = load_model(model, input_shapes, **(model_options or {}))
+    tasks = model_tasks(model)
+    if not tasks:
+        raise TuneError(f"tune_model: {model.name} has no fused function to tune")
+    if trials is None and end_by is None:
+        trials = DEFAULT_TRIALS_PER_TASK * len(tasks)
+    search.create(strategy, seed=seed)          # unknown kinds fail here, not per task
+    shared_model = cost_models.create(cost_model, seed=seed) if share_cost_model else None
+    config = measure_config or (runner.config if isinstance(runner, LocalRunner)
+                                else MeasureConfig())
+
+    # 2. What is ours to open is closed at the end, whatever happens.
+    own_db = not isinstance(database, Database)
+    if database is None:
+        db = MemoryDatabase()
+    elif isinstance(database, Database):
+        db = database
+    elif isinstance(database, (str, os.PathLike)):
+        db = Database(database)
+    else:
+        raise TuneError(f"tune_model: database must be a path, a records.Database or None, "
+                        f"got {type(database).__name__}")
+    own_builder, own_runner = builder is None, runner is None
+    try:
+        if own_builder:
+            builder = LocalBuilder(max_workers=num_workers)
+        if own_runner:
+            runner = LocalRunner(config)
+        index = {t.key: i for i, t in enumerate(tasks)}
+
+        def make_loop(task: SchedulerTask) -> search.TuningLoop:
+            space = DesignSpace(task.func, target)
+            task_seed = seed * 1_000_003 + index[task.key]
+            model_obj = shared_model if shared_model is not None else \
+                cost_models.create(cost_model, seed=task_seed)
+
+            def make_input(candidate: PrimFunc, key=task.key, reference=task.func):
+                return MeasureInput(candidate, target, key, reference=reference)
+
+            return search.TuningLoop(space, search.create(strategy, seed=task_seed), model_obj,
+                                     builder, runner, make_input, db, batch_size=batch_size,
+                                     measure_config=config, warm_start=warm_start, log=log)
+
+        # 3. Search.
+        scheduler = TaskScheduler(
+            tasks, make_loop, db, target, trials=trials, batch_size=batch_size, policy=policy,
+            deadline=end_by, patience=patience, remeasure_top=remeasure_top,
+            remeasure_rounds=remeasure_rounds, seed=seed, listener=listener,
+            should_stop=should_stop, log=log)
+        outcome = scheduler.run()
+
+        # 4. Report, stored before the build so that an interrupted build loses nothing.
+        report = ModelReport(
+            model.name, str(target),
+            [TaskRow(t.name, t.key, t.weight, t.flops, t.bytes, t.group, t.trials, t.errors,
+                     t.best_seconds, t.status, t.error) for t in tasks],
+            budget=trials, trials_run=outcome.trials_run, wall_seconds=outcome.wall_seconds,
+            stopped=outcome.stopped, started=now)
+        refresh(db, report)   # the curve over every stored record, earlier runs included
+        store(db, report)
+        result = TuneModelResult(model.name, str(target), tasks, outcome.trials,
+                                 outcome.trials_run, trials, outcome.stopped,
+                                 outcome.estimated_latency, outcome.wall_seconds,
+                                 outcome.curve, report=report, scheduler=outcome)
+
+        # 5. Build from the records: coverage (and optionally the real latency).
+        if build and outcome.stopped != "interrupted":
+            from .model_build import build_model, database_lookup
+
+            lib = build_model(model, target, lookup=database_lookup(db, target), seed=seed,
+                              warn=False)
+            result.build_report = lib.report
+            report.coverage = lib.report.coverage
+            if measure_latency:
+                result.measured_latency = lib.benchmark().median_ms / 1e3
+                report.measured_latency = result.measured_latency
+            store(db, report)
+        if min_coverage is not None and result.coverage is not None and \
+                result.coverage < min_coverage:
+            raise CoverageError(
+                f"tune_model: tuning records cover {result.coverage:.1%} of the FLOPs of "
+                f"{model.name} on {target}, below the required {min_coverage:.1%}; "
+                f"untuned: " + ", ".join(f.name for f in result.build_report.fallbacks),
+                result)
+        return result
+    finally:
+        if own_runner and runner is not None:
+            runner.close()
+        if own_builder and builder is not None:
+            builder.close()
+        if own_db:
+            db.close()

@@ -1,0 +1,247 @@
+"""End-to-end model latency: default schedules, after tuning budgets, and onnxruntime.
+
+    python -m benchmarks.e2e                                  # resnet18 and bert_base_layer
+    python -m benchmarks.e2e --budgets 1000,4000 --db e2e.db  # resumable: rerun to continue
+    python -m benchmarks.e2e --models bert_base_layer --budgets 200
+    python -m benchmarks.e2e --small --budgets 8               # shrunk models: a quick check
+
+For each model (resnet18: batch 1, 3x224x224; bert_base_layer: batch 1, seq 128, hidden 768)
+it prints, as one JSON document: the number of tasks; the end-to-end latency built with the
+default schedules; for every budget (the model's total trials in the database, so budgets are
+reached one after the other and a stopped run continues where it was) the tuning time spent,
+the estimated and the measured latency built from the records, and their coverage; and the
+latency of onnxruntime on the same model (the same weights, exported from our graph to ONNX
+here, its output checked against ours) in the same run.  Both use ``--threads`` threads (2 by
+default): our target is ``llvm -num-cores N``, onnxruntime's session has
+``intra_op_num_threads=N``.  Latencies are medians of ``--repeat`` timed repeats.
+
+The full run (4000 trials of resnet18) takes hours; progress lines go to standard error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+MODELS = ("resnet18", "bert_base_layer")
+SMALL_OPTIONS = {"resnet18": {"image_size": 32, "width": 8, "num_classes": 10},
+                 "bert_base_layer": {"seq": 16, "hidden": 64, "heads": 2, "ffn": 128}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Our graph -> ONNX (the ops of the zoo models), so onnxruntime runs the very same model
+# ---------------------------------------------------------------------------------------------
+
+def to_onnx(model, opset: int = 17):
+    """An onnx.ModelProto computing what ``model`` (an autotune graph Model) computes."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    nodes, inits = [], []
+    counter = [0]
+
+    def fresh(base: str) -> str:
+        counter[0] += 1
+        return f"{base}__{counter[0]}"
+
+    def const(array, base: str) -> str:
+        name = fresh(base)
+        inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def add(op, inputs, output, **attrs):
+        nodes.append(helper.make_node(op, list(inputs), [output], name=fresh(op), **attrs))
+
+    for name, array in model.constants.items():
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+    for node in model.nodes:
+        a, out, x = node.attrs, node.output, node.inputs
+        if node.op == "conv2d":
+            add("Conv", x, out, strides=list(a["strides"]), pads=list(a["pads"]),
+                dilations=list(a["dilations"]), group=a.get("groups", 1))
+        elif node.op == "batch_norm":
+            add("BatchNormalization", x, out, epsilon=float(a.get("epsilon", 1e-5)))
+        elif node.op in ("relu", "add", "divide", "subtract", "multiply", "sigmoid", "tanh"):
+            op = {"relu": "Relu", "add": "Add", "divide": "Div", "subtract": "Sub",
+                  "multiply": "Mul", "sigmoid": "Sigmoid", "tanh": "Tanh"}[node.op]
+            add(op, x, out)
+        elif node.op == "max_pool2d":
+            add("MaxPool", x, out, kernel_shape=list(a["kernel"]), strides=list(a["strides"]),
+                pads=list(a["pads"]))
+        elif node.op == "global_avg_pool2d":
+            add("GlobalAveragePool", x, out)
+        elif node.op == "reshape":
+            add("Reshape", [x[0], const(np.array(a["shape"], np.int64), "shape")], out)
+        elif node.op == "transpose":
+            add("Transpose", x, out, perm=list(a["perm"]))
+        elif node.op == "matmul":
+            rhs = x[1]
+            if a.get("transpose_b", False):
+                rank = len(model.types[rhs].shape)
+                perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+                rhs_t = fresh("transposed")
+                add("Transpose", [rhs], rhs_t, perm=perm)
+                rhs = rhs_t
+            add("MatMul", [x[0], rhs], out)
+        elif node.op == "slice":
+            axes = list(range(len(a["begin"])))
+            add("Slice", [x[0], const(np.array(a["begin"], np.int64), "starts"),
+                          const(np.array(a["end"], np.int64), "ends"),
+                          const(np.array(axes, np.int64), "axes"),
+                          const(np.array(a["step"], np.int64), "steps")], out)
+        elif node.op == "softmax":
+            add("Softmax", x, out, axis=int(a.get("axis", -1)))
+        elif node.op == "layer_norm":
+            add("LayerNormalization", x, out, axis=int(a.get("axis", -1)),
+                epsilon=float(a.get("epsilon", 1e-5)))
+        elif node.op == "gelu":
+            # The erf form (what the graph's gelu computes): 0.5 * x * (1 + erf(x / sqrt 2)).
+            scaled, erf, one_plus, half = (fresh("gelu") for _ in range(4))
+            add("Div", [x[0], const(np.float32(np.sqrt(2.0)), "sqrt2")], scaled)
+            add("Erf", [scaled], erf)
+            add("Add", [erf, const(np.float32(1.0), "one")], one_plus)
+            add("Mul", [x[0], one_plus], half)
+            add("Mul", [half, const(np.float32(0.5), "half")], out)
+        else:
+            raise NotImplementedError(f"to_onnx: no ONNX form for graph op {node.op!r} "
+                                      f"(node {node.name})")
+
+    def value(name):
+        t = model.types[name]
+        return helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape))
+
+    graph = helper.make_graph(nodes, model.name, [value(n) for n in model.inputs],
+                              [value(n) for n in model.outputs], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    proto.ir_version = 8
+    onnx.checker.check_model(proto)
+    return proto
+
+
+def onnxruntime_session(proto, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(proto.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def median_ms(fn, repeat: int, min_seconds: float = 0.2, warmup: int = 3) -> float:
+    """Median milliseconds per call over ``repeat`` samples, each lasting ``min_seconds``."""
+    for _ in range(warmup):
+        fn()
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-7)
+    number = max(1, int(min_seconds / once))
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - start) * 1e3 / number)
+    return statistics.median(samples)
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark
+# ---------------------------------------------------------------------------------------------
+
+def bench_model(name: str, args) -> dict:
+    import autotune
+    from autotune.measure import MeasureConfig
+    from autotune.model_build import build_model
+    from autotune.progress import Progress
+    from autotune.tune_model import model_tasks
+
+    options = SMALL_OPTIONS[name] if args.small else {}
+    model = autotune.load_model(name, **options)
+    target = autotune.Target(f"llvm -num-cores {args.threads}")
+    rng = np.random.default_rng(0)
+    feed = {n: rng.uniform(-1, 1, t.shape).astype(t.dtype)
+            for n, t in model.input_types().items()}
+    out: dict = {"model": name, "options": options, "target": str(target),
+                 "tasks": len(model_tasks(model)), "threads": args.threads}
+
+    # 1. Default schedules and onnxruntime, side by side.
+    default = build_model(model, target)
+    ours = default.run(feed)
+    sess = onnxruntime_session(to_onnx(model), args.threads)
+    theirs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+    out["onnxruntime_max_abs_diff"] = max(float(np.max(np.abs(ours[k] - theirs[k])))
+                                          for k in ours)
+    out["default_ms"] = median_ms(lambda: default.run(feed), args.repeat)
+    out["onnxruntime_ms"] = median_ms(lambda: sess.run(None, feed), args.repeat)
+    out["budgets"] = []
+
+    # 2. Each budget in turn (the model's total trials: resumable from the database).
+    config = MeasureConfig(**({"repeat": 2, "min_repeat_ms": 2.0} if args.small else {}))
+    for budget in sorted(args.budgets):
+        start = time.perf_counter()
+        with Progress(sys.stderr, model=name, live=False) as progress:
+            result = autotune.tune_model(model, target, trials=budget, database=args.db,
+                                         batch_size=args.batch_size, seed=args.seed,
+                                         measure_config=config, listener=progress.listener,
+                                         log=progress.line,
+                                         remeasure_top=1 if args.small else 3)
+        tuned = build_model(model, target, database=args.db, warn=False)
+        diff = max(float(np.max(np.abs(tuned.run(feed)[k] - ours[k]))) for k in ours)
+        out["budgets"].append({
+            "trials": result.trials, "budget": budget, "trials_this_run": result.trials_run,
+            "tuning_seconds": round(time.perf_counter() - start, 1),
+            "stopped": result.stopped, "failed_tasks": [t.name for t in result.failed],
+            "estimated_ms": result.estimated_latency * 1e3,
+            "tuned_ms": median_ms(lambda lib=tuned: lib.run(feed), args.repeat),
+            "coverage": tuned.report.coverage, "max_abs_diff_vs_default": diff})
+    # onnxruntime again after tuning: the machine's load may have changed meanwhile.
+    if out["budgets"]:
+        out["onnxruntime_ms_after"] = median_ms(lambda: sess.run(None, feed), args.repeat)
+    return out
+
+
+def _budgets(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budgets are integers joined by commas, got "
+                                         f"{text!r}") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError("budgets must be >= 0")
+    return values
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help=f"comma-separated zoo models (default: {','.join(MODELS)})")
+    parser.add_argument("--budgets", type=_budgets, default=[1000, 4000],
+                        help="total trials per model, comma-separated (default: 1000,4000; "
+                             "empty: no tuning)")
+    parser.add_argument("--db", default="e2e.db", help="record database (default: e2e.db)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=10, help="timed repeats per latency")
+    parser.add_argument("--small", action="store_true",
+                        help="shrunk models and short timing: checks the command quickly")
+    args = parser.parse_args(argv)
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
+    doc = {"benchmark": "e2e", "models": [bench_model(name, args) for name in names]}
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

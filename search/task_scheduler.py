@@ -1,0 +1,619 @@
+"""TaskScheduler: shares one trial budget among the tasks of a model.
+
+    tasks = [SchedulerTask(name, key, weight, flops, bytes, group) for ...]
+    scheduler = TaskScheduler(tasks, make_loop, database, target, trials=1000)
+    result = scheduler.run()          # SchedulerResult: per-task state, stop reason, curve
+
+A model's end-to-end latency is estimated as ``sum(weight_i * best_i)``: each task (a
+structurally unique fused function) costs its best measured time once per occurrence.  Each
+measured batch goes to one task, chosen by a policy:
+
+* ``"gradient"`` (default), in the manner of Ansor's task scheduler: every task first gets one
+  batch (so that each has a measured time), then the batch goes to the task whose next trials
+  are expected to lower the estimated latency the most.  For task ``i`` with ``t`` trials and
+  best time ``g`` the expected change per trial is
+  ``weight * (alpha * backward + (1 - alpha) * forward)``: ``backward`` is the slope of its
+  best-time curve over the last ``window`` batches (what it achieved lately), ``forward`` the
+  more optimistic of ``-g / t`` (improvement continuing like 1/t) and ``beta * work / V - g``
+  where ``V`` is the best throughput reached by a similar task (same ``group``): a task far
+  slower than its siblings has room to improve.  With probability ``eps`` a random task is
+  chosen instead, so that no task starves on a bad estimate.
+* ``"round-robin"``: the task with the fewest trials goes next.
+
+A task stops when it no longer improves (its best time improved by less than
+``min_improvement`` over its last ``patience`` trials: "converged"), when its design space
+yields nothing new ("exhausted"), or when it fails: an exception from its design space or
+search, or ``fail_after`` trials in a row that all failed to build or run while it has never
+had a success ("failed", with the error kept for the report).  The other tasks go on.
+
+The budget ``trials`` is the model's total: trials stored in the database before count, so a
+run that is stopped and started again ends with the same number of trials.  A ``deadline``
+(seconds since the epoch) bounds the run as well: each batch is sized from the measured
+seconds per trial so that the search, and the re-measurement of the best candidates that
+follows it, end by then.  ``should_stop()`` is polled between batches (a Ctrl-C handler sets
+it): the batch in flight is always finished and committed, never cut in half.
+
+The per-task tuning loop (:class:`~search.loop.TuningLoop`) comes from ``make_loop(task)``, so
+this module, like the loop, never imports the builders and runners of ``autotune``.  Loops are
+made when a task is first scheduled and advanced one batch at a time (:class:`LoopRun`).
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from records import Database, TuningRecord
+
+from .loop import LoopResult, TrialResult, TuningLoop, make_logger
+from .strategy import SearchError
+
+__all__ = ["POLICIES", "LoopRun", "SchedulerResult", "SchedulerTask", "TaskScheduler",
+           "estimated_latency"]
+
+POLICIES = ("gradient", "round-robin")
+
+# Task states: "waiting" (nothing measured in this run yet), "tuning", and the final ones.
+ACTIVE_STATES = ("waiting", "tuning")
+FINAL_STATES = ("converged", "exhausted", "failed")
+
+
+@dataclass
+class SchedulerTask:
+    """One task of a model and what the scheduler knows about it.
+
+    ``key``: the workload key (structural hash of ``func``); ``weight``: occurrences in the
+    model; ``flops`` and ``bytes``: work of one call (``bytes``, the parameters' size, stands
+    in for work when a task does no floating-point arithmetic); ``group``: tasks of one group
+    are similar enough to compare throughputs (e.g. the fused function's name).
+
+    State: ``trials`` measured (stored before included), ``run_trials`` of them in this run,
+    ``errors`` among them, ``best_seconds`` (math.inf before a success), ``curve`` the best
+    time after each trial, ``status`` (waiting, tuning, converged, exhausted, failed),
+    ``error`` why it failed, ``wall_seconds`` spent on it in this run.
+    """
+
+    name: str
+    key: str
+    weight: int
+    flops: float
+    bytes: float = 0.0
+    group: str = ""
+    func: object = field(default=None, repr=False)
+    trials: int = 0
+    run_trials: int = 0
+    errors: int = 0
+    best_seconds: float = math.inf
+    curve: list[float] = field(default_factory=list, repr=False)
+    status: str = "waiting"
+    error: str | None = None
+    last_error: str | None = None
+    wall_seconds: float = 0.0
+    run_seconds: float = 0.0
+    failing_streak: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.weight, int) or self.weight < 1:
+            raise SearchError(f"task {self.name}: weight must be an int >= 1, got "
+                              f"{self.weight!r}")
+        if not self.flops >= 0 or not self.bytes >= 0:
+            raise SearchError(f"task {self.name}: flops and bytes must be >= 0")
+
+    @property
+    def work(self) -> float:
+        """What throughput is measured in: FLOPs, or bytes for tasks without arithmetic."""
+        return float(self.flops) if self.flops > 0 else float(self.bytes)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATES
+
+    @property
+    def seconds_per_trial(self) -> float | None:
+        """Wall seconds per trial in this run (None before its first batch)."""
+        return self.wall_seconds / self.run_trials if self.run_trials else None
+
+    def best_at(self, trials: int) -> float:
+        """Best time after its first ``trials`` trials (math.inf before a success)."""
+        if trials <= 0 or not self.curve:
+            return math.inf
+        return self.curve[min(trials, len(self.curve)) - 1]
+
+    def add_trial(self, seconds: float) -> None:
+        previous = self.curve[-1] if self.curve else math.inf
+        self.curve.append(min(previous, seconds))
+        self.trials += 1
+        if math.isfinite(seconds):
+            self.best_seconds = min(self.best_seconds, seconds)
+
+
+def estimated_latency(tasks: Sequence[SchedulerTask]) -> tuple[float, int]:
+    """``(sum of weight * best time, tasks estimated)``.  A task without a measured time is
+    estimated from its work at the median throughput of the measured tasks (math.inf when no
+    task has a time yet); the count says how many were estimated."""
+    measured = [t for t in tasks if math.isfinite(t.best_seconds)]
+    if not measured:
+        return (math.inf if tasks else 0.0), len(tasks)
+    rates = sorted(t.work / t.best_seconds for t in measured if t.work > 0 and t.best_seconds > 0)
+    rate = rates[len(rates) // 2] if rates else 0.0
+    total, estimated = 0.0, 0
+    for t in tasks:
+        if math.isfinite(t.best_seconds):
+            total += t.weight * t.best_seconds
+        else:
+            estimated += 1
+            if rate <= 0 or t.work <= 0:
+                # NOTE: no throughput to scale by: the slowest measured task stands in, so the
+                # estimate stays finite and does not pretend the task is free.
+                total += t.weight * max(m.best_seconds for m in measured)
+            else:
+                total += t.weight * t.work / rate
+    return total, estimated
+
+
+@dataclass
+class SchedulerResult:
+    """What a scheduler run did: the tasks (final state), ``trials_run`` in this run,
+    ``stopped`` (why it ended: "budget", "deadline", "interrupted", "done" when every task
+    stopped on its own), ``wall_seconds``, and ``curve``: (seconds since the start, model
+    trials so far, estimated latency) after every batch."""
+
+    tasks: list[SchedulerTask]
+    budget: int | None
+    trials_run: int
+    stopped: str
+    wall_seconds: float
+    curve: list[tuple[float, int, float]] = field(default_factory=list)
+    remeasured: dict[str, list[dict]] = field(default_factory=dict)
+
+    @property
+    def trials(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+    @property
+    def estimated_latency(self) -> float:
+        return estimated_latency(self.tasks)[0]
+
+    @property
+    def failed(self) -> list[SchedulerTask]:
+        return [t for t in self.tasks if t.status == "failed"]
+
+
+class LoopRun:
+    """A TuningLoop advanced one batch at a time (``TuningLoop.run`` measures all its trials
+    in one call; a scheduler interleaves tasks).  The steps are those of ``run``: resume from
+    the database once, then per batch propose, score, build and run, commit in one
+    transaction, notify the strategy and retrain when enough new data came in."""
+
+    def __init__(self, loop: TuningLoop):
+        if not isinstance(loop, TuningLoop):
+            raise SearchError(f"LoopRun needs a TuningLoop, got {type(loop).__name__}")
+        self.loop = loop
+        self.start = time.perf_counter()
+        self.key = loop.database.commit_workload(loop.workload)
+        self.result = LoopResult(self.key, str(loop.target), flops=loop.flops, bytes=loop.bytes)
+        elites = loop._resume(self.key, self.result)
+        self.best = min(elites, key=lambda c: c.seconds, default=None)
+
+    def step(self, count: int) -> list[tuple[TrialResult, object]]:
+        """Measure up to ``count`` new candidates; returns (trial, MeasureResult) pairs, empty
+        when the design space gave nothing new (``result.exhausted`` is then set)."""
+        loop, result = self.loop, self.result
+        t0, p0 = time.perf_counter(), loop.timers["predict"]
+        batch = loop.strategy.propose(count)
+        loop.timers.add("search", time.perf_counter() - t0 - (loop.timers["predict"] - p0))
+        batch = loop._checked_batch(batch, count)
+        if not batch:
+            result.exhausted = True
+            return []
+        loop.pool.score(loop.model, batch)
+        measured = loop._measure(batch)
+        result.kernel_seconds += sum(float(getattr(r, "kernel_seconds", 0.0)) for r in measured)
+        with loop.timers.phase("db"):
+            loop.database.commit_records([
+                TuningRecord.from_measure(self.key, loop.target, c.final_trace, r,
+                                          loop.measure_config)
+                for c, r in zip(batch, measured)])
+        seconds = [math.inf if r.is_error else float(r.median) for r in measured]
+        for c, s in zip(batch, seconds):
+            loop.pool.mark_measured(c, s)
+        loop.strategy.notify(batch, seconds)
+        loop._pending.extend(zip(batch, seconds))
+        if len(loop._pending) >= max(len(batch), loop.retrain_ratio * loop._trained_rows):
+            loop._retrain()
+        elapsed = time.perf_counter() - self.start
+        out = []
+        for c, r, s in zip(batch, measured, seconds):
+            if math.isfinite(s) and (self.best is None or s < self.best.seconds):
+                self.best = c
+            trial = TrialResult(len(result.trials) + 1, s, r.error_kind, c.origin, c.predicted,
+                                self.best.seconds if self.best is not None else math.inf,
+                                elapsed, c.trace_hash, c.program_hash)
+            result.trials.append(trial)
+            out.append((trial, r))
+        result.wall_seconds = elapsed
+        result.best = self.best
+        result.best_seconds = self.best.seconds if self.best is not None else math.inf
+        return out
+
+
+def _check_positive_int(name: str, value, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise SearchError(f"TaskScheduler: {name} must be a positive int, got {value!r}")
+
+
+class TaskScheduler:
+    """Allocates measured batches among ``tasks``; see the module text.
+
+    ``make_loop(task) -> TuningLoop`` makes a task's tuning loop (on the scheduler's
+    ``database`` and ``target``).  ``trials``: the model's total budget (None: only the
+    ``deadline`` bounds the run); ``batch_size``: trials per batch; ``policy``: "gradient" or
+    "round-robin"; ``patience``/``min_improvement``: when a task counts as converged (patience
+    None: 12 batches); ``fail_after``: failed trials in a row that set a never-successful task
+    aside (None: 2 batches); ``alpha``, ``beta``, ``window``, ``eps``: the gradient's
+    parameters; ``remeasure_top``/``remeasure_rounds``: the best candidates of each task
+    tuned in this run are re-timed at the end (TuningLoop.remeasure_top);
+    ``listener(event, scheduler, task)`` hears "start", "batch", "task", "remeasure" and "end";
+    ``should_stop()`` is polled between batches; ``log`` takes plain lines (make_logger).
+    """
+
+    def __init__(self, tasks: Sequence[SchedulerTask],
+                 make_loop: Callable[[SchedulerTask], TuningLoop], database: Database, target,
+                 *, trials: int | None = None, batch_size: int = 16, policy: str = "gradient",
+                 deadline: float | None = None, patience: int | None = None,
+                 min_improvement: float = 0.005, fail_after: int | None = None,
+                 alpha: float = 0.2, beta: float = 2.0, window: int = 3, eps: float = 0.05,
+                 remeasure_top: int = 3, remeasure_rounds: int = 3, seed: int = 0,
+                 listener: Callable | None = None,
+                 should_stop: Callable[[], bool] | None = None, log=None,
+                 clock: Callable[[], float] = time.time):
+        # ``clock``: seconds since the epoch (the deadline's scale); tests pass a fake one.
+        tasks = list(tasks)
+        if not tasks:
+            raise SearchError("TaskScheduler: no tasks to tune")
+        for t in tasks:
+            if not isinstance(t, SchedulerTask):
+                raise SearchError(f"TaskScheduler takes SchedulerTasks, got {type(t).__name__}")
+        keys = [t.key for t in tasks]
+        if len(set(keys)) != len(keys):
+            raise SearchError("TaskScheduler: two tasks share a workload key; merge them and "
+                              "add up their weights")
+        if policy not in POLICIES:
+            raise SearchError(f"TaskScheduler: unknown policy {policy!r}; expected one of "
+                              f"{', '.join(POLICIES)}")
+        if trials is None and deadline is None:
+            raise SearchError("TaskScheduler: give a trial budget, a deadline, or both")
+        if trials is not None and (not isinstance(trials, int) or trials < 0):
+            raise SearchError(f"TaskScheduler: trials must be an int >= 0, got {trials!r}")
+        _check_positive_int("batch_size", batch_size)
+        _check_positive_int("patience", patience, allow_none=True)
+        _check_positive_int("fail_after", fail_after, allow_none=True)
+        _check_positive_int("window", window)
+        if not 0 <= alpha <= 1 or not 0 <= eps <= 1 or not beta > 0:
+            raise SearchError(f"TaskScheduler: need 0 <= alpha <= 1, 0 <= eps <= 1, beta > 0 "
+                              f"(got alpha={alpha}, eps={eps}, beta={beta})")
+        if not 0 <= min_improvement < 1:
+            raise SearchError(f"TaskScheduler: min_improvement must be in [0, 1), got "
+                              f"{min_improvement!r}")
+        for name, value in (("remeasure_top", remeasure_top),
+                            ("remeasure_rounds", remeasure_rounds)):
+            if not isinstance(value, int) or value < 0:
+                raise SearchError(f"TaskScheduler: {name} must be an int >= 0, got {value!r}")
+        self.tasks = tasks
+        self.make_loop = make_loop
+        self.database = database
+        self.target = target
+        self.budget = trials
+        self.batch_size = batch_size
+        self.policy = policy
+        self.deadline = deadline
+        self.patience = patience if patience is not None else 12 * batch_size
+        self.min_improvement = float(min_improvement)
+        self.fail_after = fail_after if fail_after is not None else 2 * batch_size
+        self.alpha, self.beta, self.window, self.eps = float(alpha), float(beta), window, eps
+        self.remeasure_top = remeasure_top
+        self.remeasure_rounds = remeasure_rounds
+        self.rng = random.Random(seed)
+        self.listener = listener
+        self.should_stop = should_stop or (lambda: False)
+        self.log = make_logger(log)
+        self.clock = clock
+        self.runs: dict[str, LoopRun] = {}
+        self.curve: list[tuple[float, int, float]] = []
+        self.trials_run = 0
+        self.started: float | None = None
+        self.phase = "starting"      # starting, tuning, remeasuring, done
+        self.stopped: str | None = None
+        self._batch_seconds = 0.0    # wall seconds of this run's batches (for the pace)
+        self._run_phase_seconds = 0.0
+        self._resumed = False
+
+    # -- state ----------------------------------------------------------------------------------
+    @property
+    def total_trials(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+    @property
+    def remaining_budget(self) -> int | None:
+        return None if self.budget is None else max(0, self.budget - self.total_trials)
+
+    @property
+    def elapsed(self) -> float:
+        return 0.0 if self.started is None else self.clock() - self.started
+
+    def estimated_latency(self) -> tuple[float, int]:
+        return estimated_latency(self.tasks)
+
+    def seconds_per_trial(self, task: SchedulerTask | None = None) -> float | None:
+        """Wall seconds per trial measured in this run: the task's own pace when it has one,
+        else the run's (None before the first batch)."""
+        if task is not None and task.seconds_per_trial is not None:
+            return task.seconds_per_trial
+        return self._batch_seconds / self.trials_run if self.trials_run else None
+
+    def reserve_seconds(self) -> float:
+        """Time kept back for re-measuring the best candidates at the end: per task tuned in
+        this run, remeasure_top x remeasure_rounds runs at the average run time."""
+        if not self.remeasure_top or not self.remeasure_rounds or not self.trials_run:
+            return 0.0
+        tuned = sum(1 for t in self.tasks if t.run_trials and t.status != "failed")
+        per_run = self._run_phase_seconds / self.trials_run
+        return tuned * self.remeasure_top * self.remeasure_rounds * per_run
+
+    def planned_trials(self) -> int | None:
+        """Trials this run still expects to measure: the budget left, capped by what fits
+        before the deadline at the measured pace (None: unknown yet, no budget and no pace)."""
+        left = self.remaining_budget
+        if self.deadline is not None:
+            pace = self.seconds_per_trial()
+            if pace is not None and pace > 0:
+                fit = max(0, int((self.deadline - self.clock() - self.reserve_seconds())
+                                 / pace))
+                left = fit if left is None else min(left, fit)
+            elif left is None:
+                return None
+        return left
+
+    def eta_seconds(self) -> float | None:
+        """Seconds until the run is expected to end (None when it cannot be told yet)."""
+        planned = self.planned_trials()
+        pace = self.seconds_per_trial()
+        if planned is None or pace is None:
+            if self.deadline is not None:
+                return max(0.0, self.deadline - self.clock())
+            return None
+        return planned * pace + self.reserve_seconds()
+
+    # -- resuming ---------------------------------------------------------------------------------
+    def resume(self) -> None:
+        """Read each task's stored records (oldest first): trial counts and best-time curves,
+        so that the budget, the gradients and the convergence test continue where an earlier
+        run stopped."""
+        target = str(self.target)
+        for task in self.tasks:
+            task.trials, task.errors, task.best_seconds, task.curve = 0, 0, math.inf, []
+            for rec in self.database.records(task.key, target):
+                task.add_trial(math.inf if rec.is_error else float(rec.median))
+                task.errors += rec.is_error
+            best = self.database.best(task.key, target)
+            if best is not None:
+                # Re-measurements may have moved the best's score away from its median.
+                task.best_seconds = best.score if best.score is not None else best.median
+            if task.status != "failed":
+                task.status = "waiting"
+            self._check_converged(task)
+        self._resumed = True
+
+    # -- the run ----------------------------------------------------------------------------------
+    def run(self) -> SchedulerResult:
+        if not self._resumed:
+            self.resume()
+        self.started = self.clock()
+        self.phase = "tuning"
+        self._emit("start")
+        self._record_curve()
+        stopped = None
+        while stopped is None:
+            stopped = self._stop_reason()
+            if stopped is not None:
+                break
+            task = self.choose()
+            if task is None:
+                stopped = "done"
+                break
+            count = self._batch_count(task)
+            if count == 0:
+                stopped = "deadline"
+                break
+            self._tune(task, count)
+        self.stopped = stopped
+        remeasured: dict[str, list[dict]] = {}
+        if stopped != "interrupted":
+            remeasured = self._remeasure()
+        self.phase = "done"
+        result = SchedulerResult(self.tasks, self.budget, self.trials_run, self.stopped,
+                                 self.elapsed, list(self.curve), remeasured)
+        self._emit("end")
+        return result
+
+    def _stop_reason(self) -> str | None:
+        if self.should_stop():
+            return "interrupted"
+        if self.remaining_budget == 0:
+            return "budget"
+        if self.deadline is not None and self.clock() >= self.deadline:
+            return "deadline"
+        return None
+
+    def _batch_count(self, task: SchedulerTask) -> int:
+        count = self.batch_size
+        left = self.remaining_budget
+        if left is not None:
+            count = min(count, left)
+        if self.deadline is not None:
+            pace = self.seconds_per_trial(task)
+            if pace is not None and pace > 0:
+                room = self.deadline - self.clock() - self.reserve_seconds()
+                count = min(count, max(0, int(room / pace)))
+        return count
+
+    def choose(self) -> SchedulerTask | None:
+        """The task the next batch goes to (None when every task has stopped)."""
+        active = [t for t in self.tasks if t.active]
+        if not active:
+            return None
+        if self.policy == "round-robin":
+            return min(active, key=lambda t: t.trials)
+        # Warm-up: every task is measured once before gradients are compared.
+        for t in active:
+            if t.trials == 0:
+                return t
+        if self.eps > 0 and self.rng.random() < self.eps:
+            return self.rng.choice(active)
+        grads = [self.gradient(t) for t in active]
+        low = min(grads)
+        if low == max(grads):
+            return self.rng.choice(active)
+        return active[grads.index(low)]
+
+    def gradient(self, task: SchedulerTask) -> float:
+        """Expected change of the estimated latency per trial given to ``task`` (<= 0)."""
+        t = max(1, task.trials)
+        g = task.best_seconds
+        if not math.isfinite(g):
+            g = self._expected_seconds(task)
+        # 1. Backward: the slope of its best-time curve over the last window of batches.
+        span = self.window * self.batch_size
+        backward = 0.0
+        if task.trials > span:
+            before = task.best_at(task.trials - span)
+            if math.isfinite(before) and math.isfinite(task.best_seconds):
+                backward = (task.best_seconds - before) / span
+        # 2. Forward: improvement continuing like 1/t, or catching up with similar tasks.
+        forward = -g / t
+        sibling = self._best_similar_rate(task)
+        if sibling is not None and task.work > 0:
+            forward = min(forward, self.beta * task.work / sibling - g)
+        grad = task.weight * (self.alpha * backward + (1 - self.alpha) * forward)
+        return min(0.0, grad)
+
+    def _best_similar_rate(self, task: SchedulerTask) -> float | None:
+        rates = [o.work / o.best_seconds for o in self.tasks
+                 if o is not task and o.group == task.group and o.work > 0
+                 and math.isfinite(o.best_seconds) and o.best_seconds > 0]
+        return max(rates) if rates else None
+
+    def _expected_seconds(self, task: SchedulerTask) -> float:
+        """A time for a task never measured successfully: its work at the median throughput
+        of the others (1 s when nothing is known, which makes it look worth trying)."""
+        rates = sorted(o.work / o.best_seconds for o in self.tasks
+                       if math.isfinite(o.best_seconds) and o.best_seconds > 0 and o.work > 0)
+        if rates and task.work > 0:
+            return task.work / rates[len(rates) // 2]
+        return 1.0
+
+    # -- one batch ------------------------------------------------------------------------------
+    def _tune(self, task: SchedulerTask, count: int) -> None:
+        begin = self.clock()
+        try:
+            run = self.runs.get(task.key)
+            if run is None:
+                run = self.runs[task.key] = LoopRun(self.make_loop(task))
+            run_before = run.loop.timers["run"]
+            trials = run.step(count)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as err:  # noqa: BLE001 - one task's failure must not stop the others
+            task.wall_seconds += self.clock() - begin
+            self._set_aside(task, f"{type(err).__name__}: {err}")
+            return
+        seconds = self.clock() - begin
+        task.wall_seconds += seconds
+        if not trials:
+            task.status = "exhausted"
+            self.log(f"[tune-model] {task.name}: the design space gave no new candidate after "
+                     f"{task.trials} trials; the task is done")
+            self._emit("task", task)
+            return
+        task.status = "tuning"
+        ran = run.loop.timers["run"] - run_before
+        task.run_seconds += ran
+        self._run_phase_seconds += ran
+        self._batch_seconds += seconds
+        for trial, result in trials:
+            task.add_trial(trial.seconds)
+            task.run_trials += 1
+            self.trials_run += 1
+            if trial.error_kind is not None:
+                task.errors += 1
+                task.failing_streak += 1
+                task.last_error = f"{trial.error_kind}: {getattr(result, 'error_msg', '')}"
+            else:
+                task.failing_streak = 0
+        self._record_curve()
+        self._emit("batch", task)
+        if task.failing_streak >= self.fail_after and not math.isfinite(task.best_seconds):
+            self._set_aside(task, f"its last {task.failing_streak} candidates all failed; "
+                                  f"last error: {task.last_error}")
+        elif self._check_converged(task):
+            self.log(f"[tune-model] {task.name}: no improvement over {self.patience} trials; "
+                     f"the task is done")
+            self._emit("task", task)
+
+    def _check_converged(self, task: SchedulerTask) -> bool:
+        if task.trials <= self.patience or not task.active:
+            return False
+        before = task.best_at(task.trials - self.patience)
+        if math.isfinite(before) and task.best_at(task.trials) > before * (
+                1 - self.min_improvement):
+            task.status = "converged"
+            return True
+        return False
+
+    def _set_aside(self, task: SchedulerTask, why: str) -> None:
+        task.status = "failed"
+        task.error = why
+        self.log(f"[tune-model] task {task.name} [{task.key[:12]}] is set aside: {why}")
+        self._emit("task", task)
+
+    def _record_curve(self) -> None:
+        self.curve.append((self.elapsed, self.total_trials, self.estimated_latency()[0]))
+
+    # -- the end ------------------------------------------------------------------------------
+    def _remeasure(self) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
+        if not self.remeasure_top or not self.remeasure_rounds:
+            return out
+        self.phase = "remeasuring"
+        self._emit("remeasure")
+        target = str(self.target)
+        for task in self.tasks:
+            run = self.runs.get(task.key)
+            if run is None or not task.run_trials or task.status == "failed":
+                continue
+            if self.should_stop():
+                self.stopped = "interrupted"
+                break
+            if self.deadline is not None and self.clock() >= self.deadline:
+                break
+            try:
+                out[task.key] = run.loop.remeasure_top(self.remeasure_top, self.remeasure_rounds)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as err:  # noqa: BLE001 - the tuned records stay valid
+                self.log(f"[tune-model] re-measuring {task.name} failed "
+                         f"({type(err).__name__}: {err}); its best keeps its first time")
+                continue
+            best = self.database.best(task.key, target)
+            if best is not None:
+                task.best_seconds = best.score if best.score is not None else best.median
+        self._record_curve()
+        return out
+
+    def _emit(self, event: str, task: SchedulerTask | None = None) -> None:
+        if self.listener is not None:
+            self.listener(event, self, task)

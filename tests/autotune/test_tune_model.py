@@ -1,0 +1,206 @@
+"""autotune.tune_model on a tiny model with real builds and measurements; a task whose builds
+keep failing; strict coverage; the stored report; the live display and its plain fallback."""
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune import report as report_mod
+from autotune.measure import BuildResult, LocalBuilder, MeasureConfig
+from autotune.progress import Progress
+from autotune.tune_model import model_tasks, parse_duration
+from records import Database, MemoryDatabase
+from search.task_scheduler import TaskScheduler
+
+from .tiny_onnx import write_tiny_mlp
+
+FAST = MeasureConfig(repeat=1, min_repeat_ms=1.0)
+
+
+def test_tune_model_tunes_every_task_and_builds_from_the_records(tmp_path):
+    path = write_tiny_mlp(tmp_path / "mlp.onnx")
+    db_path = tmp_path / "tuning.db"
+    events = []
+    result = autotune.tune_model(path, "llvm", trials=9, database=str(db_path), batch_size=3,
+                                 measure_config=FAST, remeasure_top=1, remeasure_rounds=1,
+                                 listener=lambda e, s, t: events.append(e))
+    assert result.trials == result.trials_run == 9 and result.stopped == "budget"
+    assert [t.trials for t in result.tasks] == [3, 3, 3]      # the warm-up visits every task
+    assert all(math.isfinite(t.best_seconds) for t in result.tasks)
+    assert result.estimated_latency == pytest.approx(
+        sum(t.weight * t.best_seconds for t in result.tasks))
+    assert result.coverage == 1.0 and not result.build_report.fallbacks
+    assert events[0] == "start" and events.count("batch") == 3 and events[-1] == "end"
+    text = str(result)
+    for t in result.tasks:
+        assert t.name in text
+    assert "trials: 9 of a budget of 9" in text
+
+    # The records serve a build of the model, which computes what the default build does.
+    model = autotune.load_model(path)
+    x = np.random.default_rng(1).standard_normal((4, 32)).astype(np.float32)
+    with autotune.apply_history_best(str(db_path), strict=True):
+        tuned = autotune.build(model, "llvm")
+    plain = autotune.build(model, "llvm")
+    np.testing.assert_allclose(tuned.run({"x": x})["y"], plain.run({"x": x})["y"],
+                               rtol=1e-4, atol=1e-5)
+
+    # The report is kept in the database and rebuilt from its records.
+    with Database(db_path, create=False) as db:
+        (stored,) = report_mod.load(db)
+    assert stored.model == "mlp" and stored.trials == 9 and stored.coverage == 1.0
+    assert [r.key for r in stored.tasks] == [t.key for t in result.tasks]
+    assert stored.estimated_latency == pytest.approx(result.estimated_latency)
+    assert stored.curve[-1][0] == 9
+    png = report_mod.save_plot(stored, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG" and png.endswith("curve.png")
+
+
+class PickyBuilder(LocalBuilder):
+    """Refuses every candidate of one workload (as a broken code generator would)."""
+
+    def __init__(self, refused_key: str):
+        super().__init__()
+        self.refused_key = refused_key
+
+    def build(self, inputs):
+        good = [i for i, inp in enumerate(inputs) if inp.workload_key != self.refused_key]
+        built = iter(super().build([inputs[i] for i in good]))
+        return [next(built) if i in good else
+                BuildResult(None, "synthetic: the code generator refused it", 0.0)
+                for i in range(len(inputs))]
+
+
+def test_a_task_whose_builds_keep_failing_is_set_aside(tmp_path):
+    path = write_tiny_mlp(tmp_path / "mlp.onnx")
+    tasks = model_tasks(autotune.load_model(path))
+    bad = next(t for t in tasks if t.name == "fused_softmax")
+    builder = PickyBuilder(bad.key)
+    try:
+        with pytest.raises(autotune.CoverageError, match="below the required") as info:
+            autotune.tune_model(path, trials=12, database=MemoryDatabase(), batch_size=2,
+                                policy="round-robin", cost_model="random", builder=builder,
+                                measure_config=FAST, remeasure_top=0, min_coverage=0.99)
+    finally:
+        builder.close()
+    result = info.value.result
+    failed = {t.name: t for t in result.failed}
+    assert list(failed) == ["fused_softmax"]
+    assert failed["fused_softmax"].trials == 4                 # two batches, then set aside
+    assert "code generator refused" in failed["fused_softmax"].error
+    assert result.trials == 12                                 # the others used the rest
+    assert 0.9 < result.coverage < 1.0
+    assert "set aside: fused_softmax" in str(result)
+
+
+def test_model_tasks_are_unique_weighted_and_grouped():
+    model = autotune.load_model("resnet18", image_size=16, width=4, num_classes=4)
+    tasks = model_tasks(model)
+    assert len({t.name for t in tasks}) == len(tasks) == len({t.key for t in tasks})
+    convs = [t for t in tasks if t.group == "fused_conv2d_add_relu"]
+    assert len(convs) > 1 and convs[1].name == "fused_conv2d_add_relu#2"
+    assert sum(t.weight for t in tasks) > len(tasks)           # repeated blocks share a task
+    assert all(t.bytes > 0 and t.flops >= 0 for t in tasks)
+
+
+def test_parse_duration():
+    assert parse_duration("8h") == 8 * 3600
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("90s") == 90 and parse_duration("600") == 600
+    assert parse_duration(2.5) == 2.5
+    for bad in ("soon", "8x", "", "0m", -3):
+        with pytest.raises(autotune.TuneError):
+            parse_duration(bad)
+
+
+def test_bad_arguments_are_named(tmp_path):
+    path = write_tiny_mlp(tmp_path / "mlp.onnx")
+    with pytest.raises(autotune.TuneError, match="trials"):
+        autotune.tune_model(path, trials=-1)
+    with pytest.raises(autotune.TuneError, match="min_coverage"):
+        autotune.tune_model(path, trials=1, min_coverage=2.0)
+    with pytest.raises(autotune.TuneError, match="database"):
+        autotune.tune_model(path, trials=1, database=42)
+    with pytest.raises(autotune.TuneError, match="time budget"):
+        autotune.tune_model(path, time_budget="tomorrow")
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def progress_scheduler():
+    model = autotune.load_model("resnet18", image_size=16, width=4, num_classes=4)
+    sched = TaskScheduler(model_tasks(model), lambda task: None, MemoryDatabase(), "llvm",
+                          trials=100, batch_size=4)
+    sched.started = sched.clock() - 65
+    sched.phase = "tuning"
+    sched.trials_run = 8
+    sched._batch_seconds = 16.0
+    for task, seconds in zip(sched.tasks[:2], (2e-3, 5e-6)):
+        for _ in range(4):
+            task.add_trial(seconds)
+        task.run_trials, task.status = 4, "tuning"
+    return sched
+
+
+def test_live_display_redraws_in_place(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    screen = FakeTerminal()
+    sched = progress_scheduler()
+    progress = Progress(screen, model="resnet18")
+    assert progress.live
+    try:
+        progress.listener("batch", sched, sched.tasks[0])
+        first = screen.getvalue()
+        frame = progress.render(120, 40)
+        assert frame[0].startswith("tune-model resnet18 on llvm")
+        assert "trials 8/100" in frame[1] and "elapsed 1m05s" in frame[1]
+        assert "left ~" in frame[1] and "ETA" in frame[1] and "est. latency" in frame[1]
+        assert any(line.startswith("fused_conv2d_add_relu ") and "2.000 ms" in line
+                   for line in frame)
+        assert "roofline" in frame[2] and "share" in frame[2]
+        progress.listener("batch", sched, sched.tasks[1])
+        second = screen.getvalue()[len(first):]
+        assert second.startswith(f"\x1b[{first.count(chr(10))}F\x1b[J")   # redrawn in place
+        # A small window keeps the largest shares and says how many are hidden.
+        small = progress.render(100, 12)
+        assert len(small) <= 12 and any("more tasks" in line for line in small)
+    finally:
+        progress.close()
+
+
+def test_plain_lines_when_not_on_a_terminal(tmp_path):
+    out = io.StringIO()
+    sched = progress_scheduler()
+    log = tmp_path / "tune.log"
+    with Progress(out, model="resnet18", log_file=log) as progress:
+        assert not progress.live
+        progress.listener("batch", sched, sched.tasks[0])
+        sched.tasks[1].status, sched.tasks[1].error = "failed", "ScheduleError: no sketch"
+        progress.listener("task", sched, sched.tasks[1])
+        progress.line("a line from a tuning loop")
+    text = out.getvalue()
+    assert "\x1b[" not in text
+    assert "trials 8/100" in text and "fused_conv2d_add_relu: 4 trials, best 2.000 ms" in text
+    assert "set aside fused_max_pool2d: ScheduleError: no sketch" in text
+    logged = log.read_text().splitlines()
+    assert len(logged) == 3 and logged[2].endswith("a line from a tuning loop")
+
+
+def test_roofline_figures():
+    peak, how = report_mod.peak_flops("llvm")
+    assert peak > 1e9 and ("GHz" in how or "measured" in how)
+    memory = report_mod.peak_bandwidth("llvm")[0]
+    assert memory > 1e8
+    # Compute-bound: against the peak; memory-bound: against intensity x bandwidth.
+    assert report_mod.roofline_fraction(1e9, 1e3, 1.0, 4e9, 1e9) == pytest.approx(0.25)
+    assert report_mod.roofline_fraction(1e6, 1e6, 1e-3, 1e12, 1e9) == pytest.approx(1.0)
+    assert report_mod.roofline_fraction(0, 1e6, 1e-3, 1e12, 2e9) == pytest.approx(0.5)
+    assert report_mod.roofline_fraction(1e6, 1e6, math.inf, 1e12, 1e9) is None
+    assert report_mod.peak_flops("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")[0] is None

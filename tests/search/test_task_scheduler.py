@@ -1,0 +1,300 @@
+"""The task scheduler offline: budget sharing (gradient and round robin), resuming the budget
+from the database, tasks that fail or stop improving, deadlines and interruption.
+
+Loops are real TuningLoops on small design spaces; measurement is synthetic: a candidate's
+time is its task's base time scaled by a factor in [1, 2) drawn from its program hash, so
+times are deterministic and differ between tasks by orders of magnitude."""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import pytest
+
+import cost_models
+import search
+from records import MeasureResult, MemoryDatabase
+from schedules.space import DesignSpace
+from search.task_scheduler import (
+    LoopRun,
+    SchedulerTask,
+    TaskScheduler,
+    estimated_latency,
+)
+from tensor_ir import ops
+
+from .fakes import FakeBuilder
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_000_000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class TaskRunner:
+    """Synthetic times per task key (see the module text).  Keys in ``fail`` always fail to
+    build; keys in ``flat`` always take exactly their base time (nothing to improve); each
+    candidate advances ``clock`` by ``step`` seconds."""
+
+    def __init__(self, base: dict, fail=(), flat=(), clock: FakeClock | None = None,
+                 step: float = 0.0):
+        self.base, self.fail, self.flat = base, set(fail), set(flat)
+        self.clock, self.step = clock, step
+        self.calls: list[str] = []
+
+    def seed_best(self, key, seconds):
+        pass
+
+    def run(self, inputs, builds):
+        out = []
+        for key, func in inputs:
+            self.calls.append(key)
+            if self.clock is not None:
+                self.clock.now += self.step
+            if key in self.fail:
+                out.append(MeasureResult.error("build", "synthetic: the compiler refused it"))
+                continue
+            digest = hashlib.sha256(func.structural_hash().encode()).digest()
+            factor = 1.0 if key in self.flat else 1.0 + digest[0] / 256
+            t = self.base[key] * factor
+            out.append(MeasureResult.success([t, t], number=1, checked=True, kernel_seconds=t))
+        return out
+
+
+def make_tasks(weights=(4, 1, 1)):
+    funcs = [ops.matmul(16, 16, 16), ops.matmul(8, 24, 16), ops.softmax((8, 32), axis=-1)]
+    tasks = []
+    for i, (func, w) in enumerate(zip(funcs, weights)):
+        tasks.append(SchedulerTask(f"task{i}", func.structural_hash(), w, 2.0 * 16 ** 3,
+                                   bytes=4096.0, group="matmul" if i < 2 else "softmax",
+                                   func=func))
+    return tasks
+
+
+def make_factory(db, runner, fail_space=()):
+    def make_loop(task):
+        if task.key in fail_space:
+            raise search.SearchError("synthetic: no sketch for this function")
+        space = DesignSpace(task.func, "llvm")
+        return search.TuningLoop(space, search.create("random", seed=0),
+                                 cost_models.create("random", seed=0), FakeBuilder(), runner,
+                                 lambda f, key=task.key: (key, f), db, batch_size=4, log=False)
+    return make_loop
+
+
+def scheduler(tasks, db, runner, **options):
+    options.setdefault("batch_size", 4)
+    options.setdefault("remeasure_top", 0)
+    return TaskScheduler(tasks, make_factory(db, runner, options.pop("fail_space", ())), db,
+                         "llvm", **options)
+
+
+def test_gradient_gives_the_dominant_task_most_trials():
+    tasks = make_tasks(weights=(4, 1, 1))
+    base = {tasks[0].key: 1e-3, tasks[1].key: 1e-6, tasks[2].key: 1e-6}
+    db = MemoryDatabase()
+    result = scheduler(tasks, db, TaskRunner(base), trials=48, eps=0.0).run()
+    assert result.stopped == "budget" and result.trials == result.trials_run == 48
+    counts = [t.trials for t in result.tasks]
+    assert counts[1] >= 4 and counts[2] >= 4     # the warm-up measures every task once
+    assert counts[0] >= 3 * max(counts[1], counts[2])
+    assert sum(db.count(t.key) for t in tasks) == 48
+    # The estimate is the weighted sum of the best times.
+    expected = sum(t.weight * t.best_seconds for t in tasks)
+    assert result.estimated_latency == pytest.approx(expected)
+    trials_curve = [n for _, n, _ in result.curve]
+    assert trials_curve == sorted(trials_curve) and trials_curve[-1] == 48
+
+
+def test_round_robin_shares_evenly():
+    tasks = make_tasks()
+    base = {t.key: 1e-4 for t in tasks}
+    result = scheduler(tasks, MemoryDatabase(), TaskRunner(base), trials=36,
+                       policy="round-robin").run()
+    assert [t.trials for t in result.tasks] == [12, 12, 12]
+
+
+def test_budget_counts_stored_records_and_resumes():
+    tasks = make_tasks()
+    base = {t.key: 1e-4 for t in tasks}
+    db = MemoryDatabase()
+    first = scheduler(tasks, db, TaskRunner(base), trials=20).run()
+    assert first.trials == 20
+    again = make_tasks()
+    sched = scheduler(again, db, TaskRunner(base), trials=30)
+    second = sched.run()
+    assert second.trials_run == 10 and second.trials == 30
+    assert sum(db.count(t.key) for t in again) == 30
+    # Resumed state: per-task trials and best times as the database has them.
+    for old, new in zip(first.tasks, second.tasks):
+        assert new.trials >= old.trials
+        assert new.best_seconds <= old.best_seconds
+    # Nothing is left to do a third time.
+    third = scheduler(make_tasks(), db, TaskRunner(base), trials=30).run()
+    assert third.stopped == "budget" and third.trials_run == 0
+
+
+def test_a_task_whose_space_fails_is_set_aside_and_the_others_go_on():
+    tasks = make_tasks()
+    base = {t.key: 1e-4 for t in tasks}
+    lines = []
+    result = scheduler(tasks, MemoryDatabase(), TaskRunner(base), trials=24,
+                       fail_space={tasks[1].key}, log=lines.append).run()
+    assert result.stopped == "budget" and result.trials == 24
+    bad = result.tasks[1]
+    assert bad.status == "failed" and "no sketch" in bad.error and bad.trials == 0
+    assert result.failed == [bad]
+    assert any("set aside" in line and bad.name in line for line in lines)
+
+
+def test_a_task_whose_builds_keep_failing_is_set_aside():
+    tasks = make_tasks()
+    base = {t.key: 1e-4 for t in tasks}
+    runner = TaskRunner(base, fail={tasks[0].key})
+    result = scheduler(tasks, MemoryDatabase(), runner, trials=40, fail_after=8,
+                       policy="round-robin").run()
+    bad = result.tasks[0]
+    assert bad.status == "failed" and bad.trials == 8 and bad.errors == 8
+    assert "compiler refused" in bad.error
+    assert result.trials == 40 and [t.trials for t in result.tasks[1:]] == [16, 16]
+
+
+def test_a_task_that_stops_improving_is_done():
+    tasks = make_tasks()
+    base = {t.key: 1e-4 for t in tasks}
+    runner = TaskRunner(base, flat={t.key for t in tasks})
+    result = scheduler(tasks, MemoryDatabase(), runner, trials=200, patience=8).run()
+    assert result.stopped == "done"
+    assert all(t.status == "converged" for t in result.tasks)
+    assert all(t.trials == 12 for t in result.tasks)   # 4 to find the time, then 8 in vain
+
+
+def test_small_space_is_exhausted():
+    func = ops.relu((4,))
+    task = SchedulerTask("relu", func.structural_hash(), 1, 4.0, 32.0, func=func)
+    result = scheduler([task], MemoryDatabase(), TaskRunner({task.key: 1e-6}), trials=400,
+                       patience=1000).run()
+    assert task.status == "exhausted" and result.stopped == "done"
+    assert 0 < task.trials < 400
+
+
+def test_deadline_bounds_the_run():
+    clock = FakeClock()
+    tasks = make_tasks()
+    base = {t.key: 1e-4 for t in tasks}
+    runner = TaskRunner(base, clock=clock, step=1.0)        # one second per candidate
+    sched = scheduler(tasks, MemoryDatabase(), runner, deadline=clock.now + 30.5, clock=clock)
+    assert sched.eta_seconds() == pytest.approx(30.5)       # nothing measured yet: the deadline
+    result = sched.run()
+    assert result.stopped == "deadline"
+    assert clock.now <= sched.started + 30.5
+    assert 26 <= result.trials <= 30
+    assert result.wall_seconds == pytest.approx(clock.now - sched.started)
+
+
+def test_planned_trials_and_eta_follow_the_pace():
+    clock = FakeClock()
+    tasks = make_tasks()
+    base = {t.key: 1e-4 for t in tasks}
+    runner = TaskRunner(base, clock=clock, step=2.0)
+    sched = scheduler(tasks, MemoryDatabase(), runner, trials=100, deadline=clock.now + 1000,
+                      clock=clock)
+    seen = []
+
+    def listener(event, s, task):
+        if event == "batch" and len(seen) < 1:
+            seen.append((s.total_trials, s.seconds_per_trial(), s.planned_trials(),
+                         s.eta_seconds()))
+    sched.listener = listener
+    sched.should_stop = lambda: bool(seen)
+    sched.run()
+    done, pace, planned, eta = seen[0]
+    assert done == 4 and pace == pytest.approx(2.0)
+    assert planned == 96                                    # the budget binds, not the clock
+    assert eta == pytest.approx(96 * 2.0)
+
+
+def test_should_stop_interrupts_between_batches():
+    tasks = make_tasks()
+    base = {t.key: 1e-4 for t in tasks}
+    db = MemoryDatabase()
+    batches = []
+    sched = scheduler(tasks, db, TaskRunner(base), trials=100, remeasure_top=2,
+                      listener=lambda e, s, t: batches.append(e) if e == "batch" else None,
+                      should_stop=lambda: len(batches) >= 2)
+    result = sched.run()
+    assert result.stopped == "interrupted" and result.trials == 8
+    assert result.remeasured == {}                           # no re-measurement after a stop
+    assert sum(db.count(t.key) for t in tasks) == 8          # whole batches only
+
+
+def test_remeasure_at_the_end_updates_the_best():
+    tasks = make_tasks()
+    base = {t.key: 1e-4 for t in tasks}
+    result = scheduler(tasks, MemoryDatabase(), TaskRunner(base), trials=12,
+                       remeasure_top=1, remeasure_rounds=2).run()
+    assert set(result.remeasured) == {t.key for t in tasks}
+    for t in result.tasks:
+        assert math.isfinite(t.best_seconds)
+
+
+def test_gradient_prefers_heavy_slow_and_recently_improving_tasks():
+    sched = TaskScheduler(make_tasks(), lambda t: None, MemoryDatabase(), "llvm", trials=10,
+                          batch_size=2, window=1, eps=0.0)
+    a, b, c = sched.tasks
+    for t, seconds in ((a, [4.0, 2.0, 2.0, 1.0]), (b, [1.0, 1.0, 1.0, 1.0]),
+                       (c, [1.0, 1.0, 1.0, 1.0])):
+        for s in seconds:
+            t.add_trial(s)
+    # a: weight 4, best 1.0, improved by 1.0 over the last 2 trials (window 1 x batch 2).
+    assert sched.gradient(a) == pytest.approx(4 * (0.2 * -0.5 + 0.8 * -0.25))
+    # b: a sibling of a (group "matmul") with the same work and time: 1/t wins.
+    assert sched.gradient(b) == pytest.approx(1 * (0.8 * -0.25))
+    assert sched.choose() is a
+    # A task never measured comes first (warm-up).
+    fresh = SchedulerTask("fresh", "k" * 64, 1, 10.0)
+    sched.tasks.append(fresh)
+    assert sched.choose() is fresh
+
+
+def test_estimated_latency_fills_in_unmeasured_tasks():
+    measured = SchedulerTask("a", "a", 2, 1e6, best_seconds=1e-3)      # 1 GFLOP/s
+    unmeasured = SchedulerTask("b", "b", 1, 5e5)
+    total, estimated = estimated_latency([measured, unmeasured])
+    assert estimated == 1 and total == pytest.approx(2e-3 + 0.5e-3)
+    assert estimated_latency([unmeasured]) == (math.inf, 1)
+    assert estimated_latency([]) == (0.0, 0)
+
+
+def test_loop_run_steps_match_the_loop():
+    func = ops.matmul(16, 16, 16)
+    runner = TaskRunner({func.structural_hash(): 1e-4})
+    db = MemoryDatabase()
+    loop = make_factory(db, runner)(SchedulerTask("m", func.structural_hash(), 1, 1.0,
+                                                  func=func))
+    run = LoopRun(loop)
+    first = run.step(3)
+    second = run.step(5)
+    assert [t.index for t, _ in first + second] == list(range(1, 9))
+    assert db.count(func.structural_hash()) == 8
+    assert run.result.best_seconds == min(t.seconds for t, _ in first + second)
+
+
+def test_bad_arguments_are_named():
+    tasks = make_tasks()
+    db = MemoryDatabase()
+    with pytest.raises(search.SearchError, match="policy"):
+        TaskScheduler(tasks, lambda t: None, db, "llvm", trials=4, policy="fastest")
+    with pytest.raises(search.SearchError, match="budget"):
+        TaskScheduler(tasks, lambda t: None, db, "llvm")
+    with pytest.raises(search.SearchError, match="batch_size"):
+        TaskScheduler(tasks, lambda t: None, db, "llvm", trials=4, batch_size=0)
+    with pytest.raises(search.SearchError, match="no tasks"):
+        TaskScheduler([], lambda t: None, db, "llvm", trials=4)
+    with pytest.raises(search.SearchError, match="share a workload key"):
+        TaskScheduler([tasks[0], tasks[0]], lambda t: None, db, "llvm", trials=4)
+    with pytest.raises(search.SearchError, match="weight"):
+        SchedulerTask("x", "k", 0, 1.0)

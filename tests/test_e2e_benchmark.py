@@ -1,0 +1,53 @@
+"""benchmarks.e2e on shrunk models with a tiny budget: the JSON it promises, onnxruntime
+running the same model (our graph exported to ONNX) with the same outputs, and resuming the
+budget from the database."""
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+
+def test_export_matches_our_build_for_both_zoo_models():
+    import autotune
+    from autotune.model_build import build_model
+    from benchmarks.e2e import SMALL_OPTIONS, onnxruntime_session, to_onnx
+
+    for name in ("resnet18", "bert_base_layer"):
+        model = autotune.load_model(name, **SMALL_OPTIONS[name])
+        feed = {n: np.random.default_rng(0).uniform(-1, 1, t.shape).astype(t.dtype)
+                for n, t in model.input_types().items()}
+        ours = build_model(model, "llvm").run(feed)
+        theirs = onnxruntime_session(to_onnx(model), 2).run(None, feed)
+        np.testing.assert_allclose(theirs[0], ours["output"], rtol=1e-4, atol=1e-4)
+
+
+def test_e2e_prints_json_and_resumes(tmp_path):
+    from benchmarks import e2e
+
+    db = str(tmp_path / "e2e.db")
+    args = ["--small", "--models", "bert_base_layer", "--budgets", "2,4", "--batch-size", "2",
+            "--repeat", "2", "--db", db]
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert e2e.main(args) == 0
+    (entry,) = json.loads(buf.getvalue())["models"]
+    assert entry["model"] == "bert_base_layer" and entry["tasks"] == 12
+    assert entry["default_ms"] > 0 and entry["onnxruntime_ms"] > 0
+    assert entry["onnxruntime_max_abs_diff"] < 1e-4
+    assert [b["trials"] for b in entry["budgets"]] == [2, 4]
+    assert [b["trials_this_run"] for b in entry["budgets"]] == [2, 2]
+    for b in entry["budgets"]:
+        assert b["tuned_ms"] > 0 and 0 < b["coverage"] <= 1
+        assert b["max_abs_diff_vs_default"] < 1e-3
+    # Run again: the budgets are already reached, nothing is measured.
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert e2e.main(args) == 0
+    (entry,) = json.loads(buf.getvalue())["models"]
+    assert [b["trials_this_run"] for b in entry["budgets"]] == [0, 0]
