@@ -217,15 +217,12 @@ def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None
         if isinstance(func, Model):
             return _build_model_under(func, target, context)
         raise BuildError(f"build takes a PrimFunc or a Model, got {type(func).__name__}")
-    llvm_target, num_cores = parse_target(target)
+    llvm_target, _ = parse_target(target)
     if context is not None and not func.attr("lowered"):
         scheduled = context.lookup(func, "llvm" if target is None else target)
         if scheduled is not None:
             func = scheduled
-    lowered = lower(func)
-    options = CodegenOptions(num_threads=num_cores, triple=llvm_target.triple)
-    module = codegen(lowered, name, options)
-    compiled = compile_module(module, llvm_target)
+    lowered, options, compiled = _compile(func, target, name)
     if not llvm_target.is_host:
         meta = param_metadata(lowered, symbol_name(name or lowered.name), options)
         return Kernel(meta, None, None, compiled=compiled, func=lowered)
@@ -237,6 +234,25 @@ def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None
                   func=lowered)
 
 
+
+
+def _compile(func: PrimFunc, target, name: str | None):
+    """Lower (unless lowered), generate and compile: (lowered func, options, CompiledModule)."""
+    llvm_target, num_cores = parse_target(target)
+    lowered = lower(func)
+    options = CodegenOptions(num_threads=num_cores, triple=llvm_target.triple)
+    return lowered, options, compile_module(codegen(lowered, name, options), llvm_target)
+
+
+def build_object(func: PrimFunc, target: str | Target | None = "llvm",
+                 name: str | None = None) -> bytes:
+    """The relocatable object file (bytes) of ``func`` built for ``target``, without loading
+    it: what ``build(func, target).export_library("x.o")`` would write, minus the JIT load
+    that a measurement build has no use for.  ``load_module`` on the written file gives the
+    kernel."""
+    if not isinstance(func, PrimFunc):
+        raise BuildError(f"build_object takes a PrimFunc, got {type(func).__name__}")
+    return _compile(func, target, name)[2].object_code
 
 
 def _build_model_under(model, target, context):

@@ -123,8 +123,9 @@ class LocalBuilder(Builder):
 
 
 def handle_build_request(request: dict, state: dict) -> dict:
-    """Worker side: build one candidate to an object file."""
-    from autotune.build import build
+    """Worker side: build one candidate to an object file (not loaded here: the runner loads
+    it, so the build skips the JIT)."""
+    from autotune.build import build_object
     from tensor_ir.errors import TensorIRError
     from tensor_ir.func import PrimFunc
 
@@ -134,8 +135,9 @@ def handle_build_request(request: dict, state: dict) -> dict:
         if target.kind != "llvm":
             raise TensorIRError(f"LocalBuilder builds CPU (llvm) targets; got {target}")
         func = PrimFunc.from_json(request["func"])
-        kernel = build(func, target=target)
-        kernel.export_library(request["path"])
+        object_code = build_object(func, target=target)
+        with open(request["path"], "wb") as f:
+            f.write(object_code)
     except TensorIRError as err:
         return {"error": f"{type(err).__name__}: {err}", "seconds": time.perf_counter() - start}
     except Exception as err:  # noqa: BLE001 - a bug in a lower layer is still a build error

@@ -3,12 +3,20 @@
 One compile produces one position-independent object file; the same bytes are what the JIT
 loads (into a fresh MCJIT engine), what ``export_library`` writes as ``.o`` and what ``cc
 -shared`` links into a ``.so``.  So a built kernel and a reloaded one run identical code.
+
+Compile time matters: the tuner builds every candidate it measures.  The pipeline is LLVM's O3
+(with its loop and SLP vectorizers, which still find work in schedules that leave loops
+unannotated) with a few of LLVM's global options changed, see :data:`LLVM_OPTIONS`.  Measured
+on sampled matmul / conv2d candidates (benchmarks/codegen_speed.py) the kernels run as fast as
+with plain O3 while optimisation and object emission take about half the time.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
+import os
 import threading
 from dataclasses import dataclass
 
@@ -19,6 +27,42 @@ from ..errors import BuildError
 
 _INIT_LOCK = threading.Lock()
 _RUNTIME_LOADED = False
+
+# LLVM command-line options, set once per process when the first module is compiled (they are
+# process-wide LLVM state, so they also apply to any other llvmlite user in this process).
+#   unroll-runtime / unroll-allow-partial = false: only *full* unrolling of constant-trip
+#       loops remains.  The code generator already emits vector bodies and unrolls what the
+#       schedule asks for; partial and runtime unrolling on top multiplied the code that every
+#       later pass and instruction selection process (3-5x on some candidates) for no speed.
+#   post-RA-scheduler = false: the second (post register allocation) list scheduler, which
+#       x86 enables for some CPUs (Zen), is quadratic in the size of a basic block and took
+#       up to 60% of compile time on large unrolled bodies; out-of-order cores do not need it.
+#   dse-memoryssa-defs-per-block-limit = 200 (LLVM default 5000): dead store elimination
+#       scanned the thousands of stores of fully unrolled accumulator updates for each store;
+#       the stores it can still remove within the limit are the local ones that matter.
+# How many times an idle OpenMP thread polls for new work before it sleeps (libgomp's
+# GOMP_SPINCOUNT; its default is 300000, about 10 ms of spinning after every parallel region).
+# Kernels run back to back (a model is ~50 launches) reach a polling thread within this window;
+# on a loaded machine long polling took the core from the thread that had work, and two threads
+# ran a model slower than one.  Only used when the user set neither GOMP_SPINCOUNT nor
+# OMP_WAIT_POLICY, and only if libgomp is not loaded yet (it reads its environment once).
+GOMP_SPIN_COUNT = 1000
+
+LLVM_OPTIONS = (
+    "-unroll-runtime=false",
+    "-unroll-allow-partial=false",
+    "-post-RA-scheduler=false",
+    "-dse-memoryssa-defs-per-block-limit=200",
+)
+# The environment variable TENSOR_IR_LLVM_OPTIONS, when set, replaces LLVM_OPTIONS (options
+# separated by spaces; empty: LLVM's defaults), e.g. to compare against plain O3.
+LLVM_OPTIONS_ENV = "TENSOR_IR_LLVM_OPTIONS"
+
+
+def llvm_options() -> tuple[str, ...]:
+    """The LLVM options this process applies (see LLVM_OPTIONS)."""
+    override = os.environ.get(LLVM_OPTIONS_ENV)
+    return LLVM_OPTIONS if override is None else tuple(override.split())
 
 
 def _initialize() -> None:
@@ -32,20 +76,51 @@ def _initialize() -> None:
             return
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
+        for option in llvm_options():
+            llvm.set_option("tensor_ir", option)
         for lib, required in (("m", True), ("gomp", True), ("gcc_s", False)):
             path = ctypes.util.find_library(lib)
             candidates = [p for p in (path, f"lib{lib}.so.1", f"lib{lib}.so.6") if p]
-            for candidate in candidates:
-                try:
-                    llvm.load_library_permanently(candidate)
-                    break
-                except RuntimeError:
-                    continue
-            else:
-                if required:
-                    raise BuildError(f"cannot load the runtime library lib{lib}, which "
-                                     f"generated kernels call; is it installed?")
+            with _openmp_environment() if lib == "gomp" else contextlib.nullcontext():
+                for candidate in candidates:
+                    try:
+                        llvm.load_library_permanently(candidate)
+                        break
+                    except RuntimeError:
+                        continue
+                else:
+                    if required:
+                        raise BuildError(f"cannot load the runtime library lib{lib}, which "
+                                         f"generated kernels call; is it installed?")
         _RUNTIME_LOADED = True
+
+
+class _openmp_environment:
+    """Around the first load of libgomp: GOMP_SPINCOUNT=GOMP_SPIN_COUNT in the environment
+    (libgomp reads it while loading), removed again afterwards so that child processes and
+    other libraries see the environment the user gave.  Does nothing when the user chose an
+    OpenMP wait policy or spin count, or when libgomp is already loaded in this process."""
+
+    def __enter__(self):
+        self._set = False
+        user_choice = "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ
+        if not user_choice and not libgomp_loaded():
+            os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPIN_COUNT)
+            self._set = True
+
+    def __exit__(self, *exc):
+        if self._set:
+            os.environ.pop("GOMP_SPINCOUNT", None)
+        return False
+
+
+def libgomp_loaded() -> bool:
+    """Whether libgomp is mapped into this process (Linux; False where that cannot be told)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return "libgomp" in f.read()
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -111,15 +186,23 @@ class CompiledModule:
     """An optimised module and its object code.
 
     ``source_ir`` is the IR as generated, ``llvm_ir`` after optimisation, ``object_code`` the
-    relocatable object (bytes).  ``assembly()`` is produced on demand.
+    relocatable object (bytes).  ``llvm_ir`` and ``assembly()`` are produced on demand (most
+    builds never ask for them).
     """
 
-    def __init__(self, source_ir: str, llvm_ir: str, object_code: bytes, target: LLVMTarget):
+    def __init__(self, source_ir: str, llvm_ir: str | llvm.ModuleRef, object_code: bytes,
+                 target: LLVMTarget):
         self.source_ir = source_ir
-        self.llvm_ir = llvm_ir
+        self._llvm_ir = llvm_ir
         self.object_code = object_code
         self.target = target
         self._asm: str | None = None
+
+    @property
+    def llvm_ir(self) -> str:
+        if not isinstance(self._llvm_ir, str):
+            self._llvm_ir = str(self._llvm_ir)
+        return self._llvm_ir
 
     def assembly(self) -> str:
         if self._asm is None:
@@ -144,7 +227,11 @@ def _parse(text: str, what: str) -> llvm.ModuleRef:
 
 
 def compile_module(module: ir.Module | str, target: LLVMTarget | None = None) -> CompiledModule:
-    """Verify, optimise and compile ``module`` (an llvmlite.ir Module or IR text)."""
+    """Verify, optimise and compile ``module`` (an llvmlite.ir Module or IR text).
+
+    The generated IR is verified once, when it is parsed; the optimiser's output is not
+    verified again (a second verify found nothing that LLVM's own passes do not guarantee,
+    and cost as much as parsing)."""
     target = target or LLVMTarget()
     tm = target_machine(target)
     source = str(module)
@@ -155,14 +242,12 @@ def compile_module(module: ir.Module | str, target: LLVMTarget | None = None) ->
         pto = llvm.create_pipeline_tuning_options(speed_level=min(target.opt_level, 3))
         pto.loop_vectorization = True
         pto.slp_vectorization = True
+        # Full unrolling of small constant loops (register blocking of accumulators) is what
+        # this enables; partial and runtime unrolling are switched off in LLVM_OPTIONS.
         pto.loop_unrolling = True
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(ref, pb)
-    try:
-        ref.verify()
-    except RuntimeError as err:
-        raise BuildError(f"the optimised module does not verify: {err}") from err
-    return CompiledModule(source, str(ref), tm.emit_object(ref), target)
+    return CompiledModule(source, ref, tm.emit_object(ref), target)
 
 
 class JITModule:

@@ -16,9 +16,10 @@ Loop kinds:
 """
 from __future__ import annotations
 
+import gc
 import json
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import llvmlite.ir as ir
 
@@ -69,12 +70,23 @@ class CodegenOptions:
 
 @dataclass
 class _Frame:
-    """Per-LLVM-function state: the outlined parallel bodies get frames of their own."""
+    """Per-LLVM-function state: the outlined parallel bodies get frames of their own.
+
+    ``memo`` maps a pure instruction (operation, operands) to the value already computed for
+    it, so the index arithmetic that unrolled copies and repeated accesses share is emitted
+    once (value numbering at generation time: the IR LLVM has to parse and optimise shrinks
+    several times for unrolled candidates).  An entry is only valid where the block that
+    computed it dominates; code generation is structured, so ``scopes`` mirrors the nesting
+    of regions (loop bodies, branches) and the entries a region added are dropped when it
+    ends.
+    """
 
     fn: ir.Function
     builder: ir.IRBuilder
     entry: ir.Block
     in_parallel: bool
+    memo: dict = field(default_factory=dict)
+    scopes: list = field(default_factory=lambda: [[]])
 
 
 def param_metadata(func: PrimFunc, entry: str, options: CodegenOptions) -> dict:
@@ -110,7 +122,17 @@ def codegen(func: PrimFunc, name: str | None = None,
     if not func.attr("lowered"):
         raise BuildError(f"function {func.name} is not lowered; call tensor_ir.lower.lower "
                          f"first (or use autotune.build)")
-    return CodeGenLLVM(options or CodegenOptions()).emit(func, symbol_name(name or func.name))
+    # Generation allocates hundreds of thousands of small llvmlite objects that all live until
+    # the module is dropped; the cyclic collector would rescan them again and again (about a
+    # third of the generation time), and it finds nothing to free meanwhile.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return CodeGenLLVM(options or CodegenOptions()).emit(func,
+                                                             symbol_name(name or func.name))
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class CodeGenLLVM(VectorMixin, ParallelMixin):
@@ -131,6 +153,11 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         self.lanes: int | None = None
         self.lane: int | None = None
         self.varying: dict = {}
+        # While a side of a lane-varying select is evaluated under a lane mask: the mask
+        # (vector of i1); loads then touch only the enabled lanes.
+        self.mask: ir.Value | None = None
+        # (loop variable, scalar first value) of the vectorized loop being emitted.
+        self.lane_base: tuple | None = None
         self.auto_unroll: int | None = None
         self._nsw = False
         self._decls: dict = {}
@@ -182,6 +209,33 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
     @property
     def builder(self) -> ir.IRBuilder:
         return self.frame.builder
+
+    # -- value numbering ---------------------------------------------------------------------
+    @contextmanager
+    def region(self):
+        """Code emitted inside is not known to dominate what follows the region (a loop body,
+        one side of a branch): forget the values it memoised when it ends."""
+        frame = self.frame
+        frame.scopes.append([])
+        try:
+            yield
+        finally:
+            memo = frame.memo
+            for key in frame.scopes.pop():
+                memo.pop(key, None)
+
+    def memoized(self, key: tuple, make, keep: tuple) -> ir.Value:
+        """The value of the pure instruction ``key``: a previous one in scope, or ``make()``.
+        ``keep`` holds the operands whose ``id`` is part of the key, so that an id cannot be
+        reused by a new object while the entry exists."""
+        frame = self.frame
+        hit = frame.memo.get(key)
+        if hit is not None:
+            return hit[0]
+        value = make()
+        frame.memo[key] = (value, keep)
+        frame.scopes[-1].append(key)
+        return value
 
     def _add_metadata(self, meta: dict) -> None:
         data = json.dumps(meta, separators=(",", ":")).encode() + b"\0"
@@ -247,19 +301,27 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
 
     def _if(self, s: IfThenElse, cond: ir.Value) -> None:
         b = self.builder
+        known = const_int(cond)
+        if known is not None:
+            # A condition known at generation time (unrolled loop variables make many
+            # padding and tail checks constant): emit only the side that runs.
+            chosen = s.then_case if known else s.else_case
+            if chosen is not None:
+                self.stmt(chosen)
+            return
         if s.else_case is None:
-            with b.if_then(cond):
+            with b.if_then(cond), self.region():
                 self.stmt(s.then_case)
         else:
             with b.if_else(cond) as (then, otherwise):
-                with then:
+                with then, self.region():
                     self.stmt(s.then_case)
-                with otherwise:
+                with otherwise, self.region():
                     self.stmt(s.else_case)
 
     def _store_scalar(self, s: BufferStore) -> None:
         value = self.expr(s.value)
-        ptr = self.element_ptr(s.buffer, self.flat_index(s.buffer, s.indices))
+        ptr = self.element_ptr_at(s.buffer, s.indices)
         self.builder.store(self.to_memory(value, s.buffer.dtype), ptr,
                            align=dt.nbytes(s.buffer.dtype))
 
@@ -329,11 +391,7 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         begin = self.index_value(s.min, s.loop_var.dtype)
         ty = value_type(s.loop_var.dtype)
         for k in range(extent):
-            if isinstance(begin, ir.Constant):
-                value = ir.Constant(ty, begin.constant + k)
-            else:
-                value = begin if k == 0 else self.builder.add(begin, ir.Constant(ty, k),
-                                                              flags=["nsw"])
+            value = self.int_op("+", begin, ir.Constant(ty, k), nsw=True)
             with self.bind(s.loop_var, value):
                 self.stmt(s.body)
 
@@ -351,9 +409,9 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         iv.add_incoming(begin, pre)
         b.cbranch(b.icmp_signed("<", iv, end), loop, done)
         b.position_at_end(loop)
-        with self.bind(var, iv):
+        with self.bind(var, iv), self.region():
             body()
-        nxt = b.add(iv, ir.Constant(begin.type, 1), flags=["nsw"])
+            nxt = b.add(iv, ir.Constant(begin.type, 1), flags=["nsw"])
         iv.add_incoming(nxt, b.block)
         b.branch(header)
         b.position_at_end(done)
@@ -403,12 +461,36 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         return flat
 
     def element_ptr(self, buf: Buffer, flat: PrimExpr) -> ir.Value:
+        return self.gep(buf, self.index_value(flat, "int64"))
+
+    def element_ptr_at(self, buf: Buffer, indices: tuple) -> ir.Value:
+        """Address of ``buf[indices]`` in scalar (or one-lane) mode.  Same arithmetic as
+        :meth:`flat_index`, but combined on LLVM values, so no expression tree is built and
+        the partial products are shared between accesses through the memo."""
+        if len(indices) != len(buf.shape):
+            raise BuildError(f"codegen: buffer {buf.name} of rank {len(buf.shape)} accessed "
+                             f"with {len(indices)} indices")
+        flat = None
+        for idx, ext in zip(indices, buf.shape):
+            i = self.index_value(idx, "int64")
+            if flat is None:
+                flat = i
+            else:
+                scaled = self.int_op("*", flat, self.index_value(ext, "int64"), nsw=True)
+                flat = self.int_op("+", scaled, i, nsw=True)
+        return self.gep(buf, flat if flat is not None else ir.Constant(I64, 0))
+
+    def gep(self, buf: Buffer, offset: ir.Value) -> ir.Value:
+        """``&buf[offset]`` (offset: a scalar i64 element offset), shared while in scope."""
         base = self.buffers.get(buf)
         if base is None:
             raise BuildError(f"codegen: buffer {buf.name} is neither a parameter nor allocated "
                              f"in scope")
-        return self.builder.gep(base, [self.index_value(flat, "int64")], inbounds=True,
-                                source_etype=memory_type(buf.dtype))
+        elem = memory_type(buf.dtype)
+        return self.memoized(
+            ("gep", id(base), buf.dtype, value_key(offset)),
+            lambda: self.builder.gep(base, [offset], inbounds=True, source_etype=elem),
+            (base, offset))
 
     def index_value(self, e: PrimExpr, dtype: str) -> ir.Value:
         """Evaluate an index expression; its arithmetic is marked as not overflowing."""
@@ -446,10 +528,10 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
             return self.compare(e.op, a, b, e.a.dtype)
         if isinstance(e, (And, Or)):
             a, b = self.match(self.expr(e.a), self.expr(e.b))
-            return self.builder.and_(a, b) if isinstance(e, And) else self.builder.or_(a, b)
+            return self.int_op("and" if isinstance(e, And) else "or", a, b)
         if isinstance(e, Not):
             a = self.expr(e.a)
-            return self.builder.xor(a, all_ones(a.type))
+            return self.int_op("xor", a, all_ones(a.type))
         if isinstance(e, Select):
             return self.select(e)
         if isinstance(e, Cast):
@@ -465,13 +547,25 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         if value is None:
             raise BuildError(f"codegen: variable {v.name} is used but not defined")
         if self.lane is not None and isinstance(value.type, ir.VectorType):
-            return self.builder.extract_element(value, ir.Constant(I32, self.lane))
+            if self.lane_base is not None and self.lane_base[0] is v:
+                base = self.lane_base[1]
+                return self.int_op("+", base, ir.Constant(base.type, self.lane), nsw=True)
+            return self.extract(value, self.lane)
         return value
+
+    def extract(self, vec: ir.Value, lane: int) -> ir.Value:
+        """Lane ``lane`` of ``vec`` (a constant vector's lane is folded)."""
+        if isinstance(vec, ir.Constant) and isinstance(vec.constant, list):
+            c = vec.constant[lane]
+            return c if isinstance(c, ir.Constant) else ir.Constant(vec.type.element, c)
+        return self.memoized(
+            ("extract", id(vec), lane),
+            lambda: self.builder.extract_element(vec, ir.Constant(I32, lane)), (vec,))
 
     def load(self, e: BufferLoad) -> ir.Value:
         if self.lanes is not None and self.lane is None:
             return self.vector_load(e)
-        ptr = self.element_ptr(e.buffer, self.flat_index(e.buffer, e.indices))
+        ptr = self.element_ptr_at(e.buffer, e.indices)
         value = self.builder.load(ptr, typ=memory_type(e.buffer.dtype),
                                   align=dt.nbytes(e.buffer.dtype))
         return self.from_memory(value, e.buffer.dtype)
@@ -500,23 +594,85 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
                 return bld.and_(a, b)
             if op == "max":
                 return bld.or_(a, b)
-        else:
+        elif op in _INT_OPS:
             unsigned = dt.is_unsigned(dtype)
-            flags = ["nsw"] if self._nsw and not unsigned else []
-            if op == "+":
-                return bld.add(a, b, flags=flags)
-            if op == "-":
-                return bld.sub(a, b, flags=flags)
-            if op == "*":
-                return bld.mul(a, b, flags=flags)
-            if op == "//":
-                return bld.udiv(a, b) if unsigned else self._floordiv(a, b)
-            if op == "%":
-                return bld.urem(a, b) if unsigned else self._floormod(a, b)
-            if op in ("min", "max"):
-                cmp = bld.icmp_unsigned if unsigned else bld.icmp_signed
-                return bld.select(cmp("<" if op == "min" else ">", a, b), a, b)
+            return self.int_op(op, a, b, unsigned=unsigned, nsw=self._nsw and not unsigned)
         raise BuildError(f"codegen: operator {op!r} is not supported on {dtype}")
+
+    def int_op(self, op: str, a: ir.Value, b: ir.Value, unsigned: bool = False,
+               nsw: bool = False) -> ir.Value:
+        """Integer ``a op b`` (op: + - * // % min max and or xor; // and % floor for signed
+        types): folded when both operands are constants or one is an identity, otherwise
+        emitted once per scope (see :class:`_Frame`)."""
+        ca, cb = const_int(a), const_int(b)
+        if ca is not None and cb is not None:
+            folded = fold_int(op, ca, cb, int_bits(a), unsigned)
+            if folded is not None:
+                return int_constant(a.type, folded)
+        elif isinstance(a, ir.Constant) and isinstance(b, ir.Constant) and lanes_of(a):
+            va, vb = const_int_vector(a), const_int_vector(b)
+            if va is not None and vb is not None:
+                width = int_bits(a)
+                lanes = [fold_int(op, x, y, width, unsigned) for x, y in zip(va, vb)]
+                if None not in lanes:
+                    return ir.Constant(a.type, [int_constant(a.type.element, x)
+                                                for x in lanes])
+        if op == "+" or op == "or" or op == "xor":
+            if cb == 0:
+                return a
+            if ca == 0:
+                return b
+        elif op == "-":
+            if cb == 0:
+                return a
+        elif op == "*":
+            if cb == 1:
+                return a
+            if ca == 1:
+                return b
+            if ca == 0 or cb == 0:
+                return zero_of(a.type)
+        elif op == "//":
+            if cb == 1:
+                return a
+        elif op == "%":
+            if cb == 1:
+                return zero_of(a.type)
+        elif op == "and":
+            if ca == 0 or cb == 0:
+                return zero_of(a.type)
+            mask = (1 << int_bits(a)) - 1
+            if ca is not None and ca & mask == mask:
+                return b
+            if cb is not None and cb & mask == mask:
+                return a
+        return self.memoized((op, unsigned, nsw, value_key(a), value_key(b)),
+                             lambda: self._emit_int_op(op, a, b, unsigned, nsw), (a, b))
+
+    def _emit_int_op(self, op: str, a: ir.Value, b: ir.Value, unsigned: bool,
+                     nsw: bool) -> ir.Value:
+        bld = self.builder
+        flags = ["nsw"] if nsw else []
+        if op == "+":
+            return bld.add(a, b, flags=flags)
+        if op == "-":
+            return bld.sub(a, b, flags=flags)
+        if op == "*":
+            return bld.mul(a, b, flags=flags)
+        if op == "//":
+            return bld.udiv(a, b) if unsigned else self._floordiv(a, b)
+        if op == "%":
+            return bld.urem(a, b) if unsigned else self._floormod(a, b)
+        if op in ("min", "max"):
+            cmp = bld.icmp_unsigned if unsigned else bld.icmp_signed
+            return bld.select(cmp("<" if op == "min" else ">", a, b), a, b)
+        if op == "and":
+            return bld.and_(a, b)
+        if op == "or":
+            return bld.or_(a, b)
+        if op == "xor":
+            return bld.xor(a, b)
+        raise BuildError(f"codegen: integer operator {op!r} is not supported")
 
     def _floor_adjust(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(remainder, needs adjust): C truncating division rounds toward zero; floor
@@ -546,12 +702,23 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
             if op == "!=":
                 return self.builder.fcmp_unordered(op, a, b)
             return self.builder.fcmp_ordered(op, a, b)
-        if dt.is_unsigned(dtype):
-            return self.builder.icmp_unsigned(op, a, b)
-        return self.builder.icmp_signed(op, a, b)
+        unsigned = dt.is_unsigned(dtype)
+        ca, cb = const_int(a), const_int(b)
+        if ca is not None and cb is not None:
+            width = int_bits(a)
+            if unsigned:
+                ca, cb = ca & ((1 << width) - 1), cb & ((1 << width) - 1)
+            return ir.Constant(like(a, ir.IntType(1)), int(_COMPARE[op](ca, cb)))
+        icmp = self.builder.icmp_unsigned if unsigned else self.builder.icmp_signed
+        return self.memoized(("icmp", op, unsigned, value_key(a), value_key(b)),
+                             lambda: icmp(op, a, b), (a, b))
 
     def select(self, e: Select) -> ir.Value:
         cond = self.expr(e.condition)
+        known = const_int(cond)
+        if known is not None:
+            # Only the chosen side is evaluated, exactly what the lazy semantics ask for.
+            return self.expr(e.true_value if known else e.false_value)
         lazy = has_load(e.true_value) or has_load(e.false_value)
         if isinstance(cond.type, ir.VectorType):
             return self.vector_select(e, cond, lazy)
@@ -565,19 +732,24 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         else_bb = fn.append_basic_block("sel.else")
         merge = fn.append_basic_block("sel.merge")
         bld.cbranch(cond, then_bb, else_bb)
+        # Each side is a region of its own: what it computes dominates neither the other side
+        # nor the merge.
         bld.position_at_end(then_bb)
-        t = self.expr(e.true_value)
+        with self.region():
+            t = self.expr(e.true_value)
         t_end = bld.block
         bld.position_at_end(else_bb)
-        f = self.expr(e.false_value)
+        with self.region():
+            f = self.expr(e.false_value)
         f_end = bld.block
         lanes = lanes_of(t) or lanes_of(f)
         if lanes:
-            # One side is a vector, the other uniform: broadcast it in its own block.
+            # One side is a vector, the other uniform: broadcast it in its own block (not
+            # memoised: the result is only valid in that block).
             bld.position_at_end(t_end)
-            t = self.broadcast(t, lanes)
+            t = emit_broadcast(bld, t, lanes)
             bld.position_at_end(f_end)
-            f = self.broadcast(f, lanes)
+            f = emit_broadcast(bld, f, lanes)
         bld.position_at_end(t_end)
         bld.branch(merge)
         bld.position_at_end(f_end)
@@ -613,9 +785,16 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         src_bits, dst_bits = int_bits(v), dt.bits(dst)
         if dst_bits == src_bits:
             return v
+        c = const_int(v)
+        if c is not None:
+            if dst_bits > src_bits:
+                c = c & ((1 << src_bits) - 1) if dt.is_unsigned(src) else _signed(c, src_bits)
+            return int_constant(to, c)
         if dst_bits < src_bits:
-            return bld.trunc(v, to)
-        return bld.zext(v, to) if dt.is_unsigned(src) else bld.sext(v, to)
+            convert = bld.trunc
+        else:
+            convert = bld.zext if dt.is_unsigned(src) else bld.sext
+        return self.memoized(("cast", src, dst, id(v)), lambda: convert(v, to), (v,))
 
     # -- intrinsics ---------------------------------------------------------------------------
     def intrinsic(self, e: Call) -> ir.Value:
@@ -664,7 +843,7 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         out = ir.Constant(args[0].type, ir.Undefined)
         for k in range(lanes):
             idx = ir.Constant(I32, k)
-            lane_args = [self.builder.extract_element(a, idx) for a in args]
+            lane_args = [self.extract(a, k) for a in args]
             out = self.builder.insert_element(out, self.builder.call(fn, lane_args), idx)
         return out
 
@@ -677,15 +856,95 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         return (self.broadcast(a, lb), b) if lb else (a, self.broadcast(b, la))
 
     def broadcast(self, v: ir.Value, lanes: int) -> ir.Value:
-        if isinstance(v.type, ir.VectorType):
-            return v
-        vec_ty = ir.VectorType(v.type, lanes)
-        if isinstance(v, ir.Constant):
-            return ir.Constant(vec_ty, [v] * lanes)
-        bld = self.builder
-        one = bld.insert_element(ir.Constant(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
-        mask = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
-        return bld.shuffle_vector(one, ir.Constant(vec_ty, ir.Undefined), mask)
+        if isinstance(v.type, ir.VectorType) or isinstance(v, ir.Constant):
+            return emit_broadcast(self.builder, v, lanes)
+        return self.memoized(("broadcast", id(v), lanes),
+                             lambda: emit_broadcast(self.builder, v, lanes), (v,))
+
+
+def emit_broadcast(bld: ir.IRBuilder, v: ir.Value, lanes: int) -> ir.Value:
+    """``v`` splatted to ``lanes`` lanes (a vector is returned as it is)."""
+    if isinstance(v.type, ir.VectorType):
+        return v
+    vec_ty = ir.VectorType(v.type, lanes)
+    if isinstance(v, ir.Constant):
+        return ir.Constant(vec_ty, [v] * lanes)
+    one = bld.insert_element(ir.Constant(vec_ty, ir.Undefined), v, ir.Constant(I32, 0))
+    mask = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+    return bld.shuffle_vector(one, ir.Constant(vec_ty, ir.Undefined), mask)
+
+
+# -- generation-time folding and value numbering ----------------------------------------------
+_INT_OPS = frozenset({"+", "-", "*", "//", "%", "min", "max"})
+_COMPARE = {"==": lambda x, y: x == y, "!=": lambda x, y: x != y, "<": lambda x, y: x < y,
+            "<=": lambda x, y: x <= y, ">": lambda x, y: x > y, ">=": lambda x, y: x >= y}
+
+
+def const_int(v: ir.Value) -> int | None:
+    """The value of a scalar integer constant (signed spelling), else None."""
+    if type(v) is ir.Constant and isinstance(v.type, ir.IntType):
+        c = v.constant
+        if isinstance(c, (int, bool)):
+            return int(c)
+    return None
+
+
+def const_int_vector(v: ir.Constant) -> list[int] | None:
+    """The lanes of an integer vector constant, else None."""
+    if not isinstance(v.type.element, ir.IntType) or not isinstance(v.constant, list):
+        return None
+    out = []
+    for c in v.constant:
+        c = const_int(c) if isinstance(c, ir.Constant) else c
+        if not isinstance(c, int):
+            return None
+        out.append(int(c))
+    return out
+
+
+def value_key(v: ir.Value):
+    """Memo-key part for an operand: scalar integer constants by value (equal constants are
+    distinct objects), everything else by identity."""
+    c = const_int(v)
+    return ("const", v.type.width, c) if c is not None else id(v)
+
+
+def fold_int(op: str, a: int, b: int, width: int, unsigned: bool) -> int | None:
+    """``a op b`` on ``width``-bit integers as the emitted instruction would compute it (None
+    when it cannot be folded: division by zero)."""
+    mask = (1 << width) - 1
+    if unsigned:
+        a, b = a & mask, b & mask
+    else:
+        a, b = _signed(a, width), _signed(b, width)
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op in ("//", "%"):
+        if b == 0:
+            return None
+        # Python's // and % are floor division and floor modulo: what the emitted sequence
+        # computes for signed operands, and plain division for unsigned (non-negative) ones.
+        return a // b if op == "//" else a % b
+    if op == "min":
+        return min(a, b)
+    if op == "max":
+        return max(a, b)
+    if op == "and":
+        return a & b
+    if op == "or":
+        return a | b
+    if op == "xor":
+        return a ^ b
+    return None
+
+
+def _signed(x: int, width: int) -> int:
+    x &= (1 << width) - 1
+    return x - (1 << width) if width > 1 and x >= 1 << (width - 1) else x
 
 
 # Intrinsics LLVM knows (lowered to instructions or libm calls by the backend).

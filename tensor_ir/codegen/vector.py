@@ -9,10 +9,17 @@ row-major offset per lane:
     stride 1   one contiguous vector load / store
     otherwise  a gather / scatter, one lane at a time
 
-Whatever cannot be expressed on vectors (a condition that differs across lanes guarding a
-statement or a load, a nested allocation, a store of varying values to one address) is emitted
-lane by lane: the statement is generated ``lanes`` times with the loop variable read from one
-lane, which is exactly the serial meaning of the loop.
+A select whose condition differs across lanes and whose sides load memory (padding: ``select(
+in_bounds, data[...], 0)``) must not touch memory in the lanes that do not choose a side.  When
+the sides are simple enough (no nested select, no division that could trap on a garbage
+operand) each side is evaluated under a lane mask: its loads become ``llvm.masked.load`` /
+``llvm.masked.gather``, which access only the enabled lanes, and a vector select combines the
+sides.  Otherwise the select is evaluated lane by lane with real branches.
+
+Whatever else cannot be expressed on vectors (a condition that differs across lanes guarding a
+statement, a nested allocation, a store of varying values to one address) is emitted lane by
+lane: the statement is generated ``lanes`` times with the loop variable read from one lane,
+which is exactly the serial meaning of the loop.
 
 A vectorized loop asserts that its iterations are independent (as in TVM): the schedule that
 vectorizes a loop is responsible for that.
@@ -24,10 +31,11 @@ from contextlib import contextmanager
 import llvmlite.ir as ir
 
 from .. import dtype as dt
+from ..errors import BuildError
 from ..expr import BinOp, BufferLoad, Cast, FloatImm, IntImm, PrimExpr, Select, Var
 from ..stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, LetStmt, SeqStmt
 from ..visitor import walk
-from .types import I32, memory_type, value_type
+from .types import I32, PTR, all_ones, memory_type, value_type, zero_of
 
 
 def choose_lanes(extent: int, max_lanes: int) -> int:
@@ -51,7 +59,7 @@ class VectorMixin:
         lanes = choose_lanes(extent, MAX_LANES)
         if lanes == 1:
             begin = self.index_value(s.min, s.loop_var.dtype)
-            end = self.builder.add(begin, ir.Constant(begin.type, extent), flags=["nsw"])
+            end = self.int_op("+", begin, ir.Constant(begin.type, extent), nsw=True)
             self.emit_loop(s.loop_var, begin, end, lambda: self.stmt(s.body))
             return
         ty = value_type(s.loop_var.dtype)
@@ -59,8 +67,8 @@ class VectorMixin:
         begin = self.index_value(s.min, s.loop_var.dtype)
 
         def body(base: ir.Value) -> None:
-            lanes_value = self.builder.add(self.broadcast(base, lanes), step, flags=["nsw"])
-            with self._vector_mode(lanes, s.loop_var, lanes_value):
+            lanes_value = self.int_op("+", self.broadcast(base, lanes), step, nsw=True)
+            with self._vector_mode(lanes, s.loop_var, lanes_value, base):
                 self.stmt(s.body)
 
         if lanes == extent:
@@ -72,21 +80,24 @@ class VectorMixin:
 
         def chunk_body() -> None:
             c = self.var_value(chunk)
-            start = self.builder.add(begin, self.builder.mul(c, ir.Constant(ty, lanes),
-                                                             flags=["nsw"]), flags=["nsw"])
+            start = self.int_op("+", begin, self.int_op("*", c, ir.Constant(ty, lanes),
+                                                        nsw=True), nsw=True)
             body(start)
 
         self.emit_loop(chunk, zero, ir.Constant(ty, extent // lanes), chunk_body)
 
     @contextmanager
-    def _vector_mode(self, lanes: int, var: Var, value: ir.Value):
-        saved = (self.lanes, self.lane, self.varying)
+    def _vector_mode(self, lanes: int, var: Var, value: ir.Value, base: ir.Value):
+        """Emit a vector body: ``var`` is ``value`` = <base, base+1, ...>; read in one lane it
+        is ``base + lane`` (a scalar add, not an extraction from the vector)."""
+        saved = (self.lanes, self.lane, self.varying, self.lane_base)
         self.lanes, self.lane, self.varying = lanes, None, {var: 1}
+        self.lane_base = (var, base)
         try:
             with self.bind(var, value):
                 yield
         finally:
-            self.lanes, self.lane, self.varying = saved
+            self.lanes, self.lane, self.varying, self.lane_base = saved
 
     @contextmanager
     def _in_lane(self, lane: int):
@@ -204,13 +215,10 @@ class VectorMixin:
             return
         # Scatter: lane by lane, in lane order.
         index = self.broadcast(self.index_value(flat, "int64"), self.lanes)
-        base = self.buffers[buf]
         bld = self.builder
         for k in range(self.lanes):
-            lane = ir.Constant(I32, k)
-            ptr = bld.gep(base, [bld.extract_element(index, lane)], inbounds=True,
-                          source_etype=memory_type(buf.dtype))
-            bld.store(bld.extract_element(value, lane), ptr, align=align)
+            ptr = self.gep(buf, self.extract(index, k))
+            bld.store(self.extract(value, k), ptr, align=align)
 
     # -- expressions --------------------------------------------------------------------------
     def vector_load(self, e: BufferLoad) -> ir.Value:
@@ -219,6 +227,8 @@ class VectorMixin:
         elem = memory_type(buf.dtype)
         align = dt.nbytes(buf.dtype)
         bld = self.builder
+        if self.mask is not None:
+            return self._masked_load(e, flat)
         if not self.is_varying(flat):
             with self._in_lane(0):
                 return self.load(e)
@@ -229,13 +239,11 @@ class VectorMixin:
             return self.from_memory(value, buf.dtype)
         # Gather: lane by lane.
         index = self.broadcast(self.index_value(flat, "int64"), self.lanes)
-        base = self.buffers[buf]
         out = ir.Constant(ir.VectorType(elem, self.lanes), ir.Undefined)
         for k in range(self.lanes):
-            lane = ir.Constant(I32, k)
-            ptr = bld.gep(base, [bld.extract_element(index, lane)], inbounds=True,
-                          source_etype=elem)
-            out = bld.insert_element(out, bld.load(ptr, typ=elem, align=align), lane)
+            ptr = self.gep(buf, self.extract(index, k))
+            out = bld.insert_element(out, bld.load(ptr, typ=elem, align=align),
+                                     ir.Constant(I32, k))
         return self.from_memory(out, buf.dtype)
 
     def vector_select(self, e: Select, cond: ir.Value, lazy: bool) -> ir.Value:
@@ -245,6 +253,14 @@ class VectorMixin:
             t = self.broadcast(self.expr(e.true_value), self.lanes)
             f = self.broadcast(self.expr(e.false_value), self.lanes)
             return bld.select(cond, t, f)
+        if self.mask is None and maskable(e.true_value) and maskable(e.false_value):
+            # Each side under the mask of the lanes that choose it (see the module text).
+            t = self._under_mask(cond, e.true_value)
+            f = self._under_mask(self.int_op("xor", cond, all_ones(cond.type)),
+                                 e.false_value)
+            t, f = self.match(t, f)
+            return bld.select(cond, self.broadcast(t, self.lanes),
+                              self.broadcast(f, self.lanes))
         # A branch loads memory that may be out of bounds in the lanes that do not choose
         # it, so evaluate the select lane by lane with real branches.
         out = None
@@ -255,3 +271,81 @@ class VectorMixin:
                 out = ir.Constant(ir.VectorType(v.type, self.lanes), ir.Undefined)
             out = bld.insert_element(out, v, ir.Constant(I32, k))
         return out
+
+    # -- masked evaluation --------------------------------------------------------------------
+    def _under_mask(self, mask: ir.Value, e: PrimExpr) -> ir.Value:
+        if not has_any_load(e):
+            return self.expr(e)
+        self.mask = mask
+        try:
+            return self.expr(e)
+        finally:
+            self.mask = None
+
+    def _masked_load(self, e: BufferLoad, flat: PrimExpr) -> ir.Value:
+        """A load of ``lanes`` elements touching only the lanes enabled in ``self.mask``;
+        disabled lanes read as zero.  The addresses are computed without ``inbounds``: in a
+        disabled lane they may well lie outside the buffer."""
+        buf = e.buffer
+        base = self.buffers.get(buf)
+        if base is None:
+            raise BuildError(f"codegen: buffer {buf.name} is neither a parameter nor allocated "
+                             f"in scope")
+        lanes = self.lanes
+        bld = self.builder
+        elem = memory_type(buf.dtype)
+        vec_ty = ir.VectorType(elem, lanes)
+        mask_ty = ir.VectorType(ir.IntType(1), lanes)
+        align = ir.Constant(I32, dt.nbytes(buf.dtype))
+        suffix = f"v{lanes}{_mangle(elem)}"
+        if self.stride(flat) == 1:
+            with self._in_lane(0):
+                offset = self.index_value(flat, "int64")
+            ptr = bld.gep(base, [offset], inbounds=False, source_etype=elem)
+            fn = self.declare(f"llvm.masked.load.{suffix}.p0", vec_ty,
+                              [PTR, I32, mask_ty, vec_ty])
+            value = bld.call(fn, [ptr, align, self.mask, zero_of(vec_ty)])
+        else:
+            offsets = self.broadcast(self.index_value(flat, "int64"), lanes)
+            ptrs = bld.gep(base, [offsets], inbounds=False, source_etype=elem)
+            # llvmlite types every GEP as a scalar pointer; with a vector of offsets LLVM's
+            # result is a vector of pointers (the printed instruction is the same).
+            ptr_vec = ir.VectorType(PTR, lanes)
+            ptrs.type = ptr_vec
+            fn = self.declare(f"llvm.masked.gather.{suffix}.v{lanes}p0", vec_ty,
+                              [ptr_vec, I32, mask_ty, vec_ty])
+            value = bld.call(fn, [ptrs, align, self.mask, zero_of(vec_ty)])
+        return self.from_memory(value, buf.dtype)
+
+
+def _mangle(ty: ir.Type) -> str:
+    """The element part of an overloaded intrinsic's name: f32, f64, f16, i8, i32, ..."""
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    return {ir.HalfType: "f16", ir.FloatType: "f32", ir.DoubleType: "f64"}[type(ty)]
+
+
+def has_any_load(e) -> bool:
+    found = []
+    walk(e, lambda n: found.append(n) if isinstance(n, BufferLoad) else None)
+    return bool(found)
+
+
+def maskable(e) -> bool:
+    """Whether ``e`` may be evaluated in lanes that do not use its value, with only its loads
+    masked: no nested select (its own laziness would need a mask of its own) and no integer
+    division or modulo by anything but a nonzero constant (x86 traps on division by zero)."""
+    ok = True
+
+    def visit(n):
+        nonlocal ok
+        if not ok:
+            return False
+        traps = isinstance(n, BinOp) and n.op in ("//", "%") and not dt.is_float(n.dtype) \
+            and not (isinstance(n.b, IntImm) and n.b.value != 0)
+        if isinstance(n, Select) or traps:
+            ok = False
+        return None
+
+    walk(e, visit)
+    return ok
