@@ -152,6 +152,7 @@ def main() -> None:
                 "mean_ms": round(mean * 1e3, 4),
                 "cv_percent": round(100 * statistics.pstdev(medians) / mean, 3),
                 "min_ms": round(min(medians) * 1e3, 4), "max_ms": round(max(medians) * 1e3, 4),
+                "medians_ms": [round(m * 1e3, 4) for m in medians],
                 "noise_floor_cv_percent": round(noise_floor_cv(
                     funcs[pick], target, config.repeat, mean, config.min_repeat_ms), 3),
             }
