@@ -24,7 +24,8 @@ ROOT_DECISION = -1
 INLINE_DECISION = -2
 
 
-def _prime_factors(n: int) -> list[int]:
+def prime_factors(n: int) -> list[int]:
+    """Prime factors of n in ascending order, with multiplicity (also used by search)."""
     out, p = [], 2
     while p * p <= n:
         while n % p == 0:
@@ -74,7 +75,7 @@ def sample_perfect_tile(rng: random.Random, extent: int, n: int, max_innermost_f
     inner = rng.choice([d for d in _divisors(extent) if d <= bound])
     factors = [1] * n
     factors[-1] = inner
-    for p in _prime_factors(extent // inner):
+    for p in prime_factors(extent // inner):
         factors[rng.randrange(n - 1)] *= p
     return factors
 

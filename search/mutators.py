@@ -25,7 +25,7 @@ import random
 from collections.abc import Sequence
 
 from schedules.rules.parallel_vectorize_unroll import PARALLEL_KEY, UNROLL_KEY
-from schedules.sampling import INLINE_DECISION, ROOT_DECISION
+from schedules.sampling import INLINE_DECISION, ROOT_DECISION, prime_factors
 from schedules.trace import Instruction, Trace
 
 __all__ = [
@@ -39,17 +39,6 @@ __all__ = [
     "mutate",
 ]
 
-
-def _prime_factors(n: int) -> list[int]:
-    out, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    if n > 1:
-        out.append(n)
-    return out
 
 
 def _annotation_key(trace: Trace, index: int) -> str | None:
@@ -109,7 +98,7 @@ class MutateTileSize(Mutator):
         sources = [k for k, f in enumerate(factors) if f > 1]
         for _ in range(self.max_attempts):
             src = rng.choice(sources)
-            primes = _prime_factors(factors[src])
+            primes = prime_factors(factors[src])
             # Move one prime, or occasionally all of a level, so larger jumps happen too.
             moved = primes[rng.randrange(len(primes))] if rng.random() < 0.8 else factors[src]
             dst = rng.choice([k for k in range(len(factors)) if k != src])
