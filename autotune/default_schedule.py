@@ -135,9 +135,10 @@ def _closest(candidates, goal) -> int:
     return min(range(len(candidates)), key=lambda i: (abs(candidates[i] - goal), i))
 
 
-def heuristic_schedule(func: PrimFunc, target: Target, seed: int = 0) -> PrimFunc | None:
-    """The default schedule of ``func`` (see the module text); None when the design space
-    yields no valid program at all."""
+def heuristic_trace(func: PrimFunc, target: Target, seed: int = 0):
+    """The decided (not yet post-processed) trace of the default schedule of ``func``, or
+    None when the first sketch cannot be sampled.  The tuner measures it first, so that tuning
+    never ends with a record slower than the default a build would otherwise use."""
     from schedules.errors import ScheduleError
     from schedules.space import DesignSpace
 
@@ -145,11 +146,13 @@ def heuristic_schedule(func: PrimFunc, target: Target, seed: int = 0) -> PrimFun
         space = DesignSpace(func, target)
         base = space.sample(seed=seed, sketch=0)
     except (ScheduleError, TensorIRError):
-        try:
-            return DesignSpace(func, target).sample(seed=seed).func
-        except (ScheduleError, TensorIRError):
-            return None
-    trace = base.trace
+        return None
+    return _rule_of_thumb(base.trace, target)
+
+
+def _rule_of_thumb(trace, target: Target):
+    """``trace`` with the tile sizes, compute locations and annotations the module text
+    describes."""
     insts = list(trace)
     lanes = max(1, target.vector_lanes("float32"))
     cores = max(1, target.num_cores or 1)
@@ -169,5 +172,22 @@ def heuristic_schedule(func: PrimFunc, target: Target, seed: int = 0) -> PrimFun
             changes[k] = _closest(candidates, goal)
     for k, decision in changes.items():
         trace = trace.with_decision(k, decision)
-    candidate = space.replay(trace, seed=seed, sketch=0)
+    return trace
+
+
+def heuristic_schedule(func: PrimFunc, target: Target, seed: int = 0) -> PrimFunc | None:
+    """The default schedule of ``func`` (see the module text); None when the design space
+    yields no valid program at all."""
+    from schedules.errors import ScheduleError
+    from schedules.space import DesignSpace
+
+    try:
+        space = DesignSpace(func, target)
+        base = space.sample(seed=seed, sketch=0)
+    except (ScheduleError, TensorIRError):
+        try:
+            return DesignSpace(func, target).sample(seed=seed).func
+        except (ScheduleError, TensorIRError):
+            return None
+    candidate = space.replay(_rule_of_thumb(base.trace, target), seed=seed, sketch=0)
     return (candidate or base).func

@@ -132,8 +132,14 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         raise TuneError(f"autotune.tune: measure_config must be a MeasureConfig, got "
                         f"{type(measure_config).__name__}")
     target = target if isinstance(target, Target) else Target(target)
+    seeds = []
     if space is None:
         space = DesignSpace(func, target)
+        # The default schedule (what a build uses without a record) is measured first.
+        from .default_schedule import heuristic_trace
+
+        default_trace = heuristic_trace(func, target)
+        seeds = [default_trace] if default_trace is not None else []
     elif not isinstance(space, DesignSpace) or space.func is not func:
         raise TuneError("autotune.tune: space must be a DesignSpace made from the same func")
     strategy_obj = search.create(strategy, seed=seed) if isinstance(strategy, str) \
@@ -168,7 +174,7 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         # 3. Search, then re-measure the top before anything is reported.
         loop = search.TuningLoop(space, strategy_obj, model, builder, runner, make_input, db,
                                  batch_size=batch_size, measure_config=config,
-                                 warm_start=warm_start, log=log)
+                                 warm_start=warm_start, log=log, seed_traces=seeds)
         result = loop.run(trials, top_up=top_up)
         remeasured = loop.remeasure_top(remeasure_top, remeasure_rounds)
         return _result(func, loop, result, remeasured, db, target)

@@ -41,6 +41,7 @@ from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
+from .default_schedule import heuristic_trace
 from .executor import BuildReport
 from .frontends import load_model
 from .graph.ir import Model
@@ -236,9 +237,13 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
             def make_input(candidate: PrimFunc, key=task.key, reference=task.func):
                 return MeasureInput(candidate, target, key, reference=reference)
 
+            # The default schedule is each task's first candidate: a short run never builds
+            # a model slower than the untuned one.
+            default_trace = heuristic_trace(task.func, target)
             return search.TuningLoop(space, search.create(strategy, seed=task_seed), model_obj,
                                      builder, runner, make_input, db, batch_size=batch_size,
-                                     measure_config=config, warm_start=warm_start, log=log)
+                                     measure_config=config, warm_start=warm_start, log=log,
+                                     seed_traces=[default_trace] if default_trace else [])
 
         # 3. Search.
         scheduler = TaskScheduler(

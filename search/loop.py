@@ -52,6 +52,7 @@ from cost_models import CostModel, pairwise_accuracy
 from cost_models import features as _features
 from records import Database, TuningRecord, Workload
 from schedules.space import DesignSpace
+from schedules.trace import Trace
 from tensor_ir.func import PrimFunc
 
 from .pool import CandidatePool, PhaseTimers, SearchCandidate
@@ -169,7 +170,7 @@ class TuningLoop:
     def __init__(self, space: DesignSpace, strategy: SearchStrategy, cost_model: CostModel,
                  builder, runner, make_input: Callable[[PrimFunc], Any], database: Database,
                  *, batch_size: int = 16, measure_config=None, warm_start: int = 64,
-                 retrain_ratio: float = 0.25, log=None):
+                 retrain_ratio: float = 0.25, log=None, seed_traces: Sequence[Trace] = ()):
         if not isinstance(space, DesignSpace):
             raise SearchError(f"TuningLoop needs a DesignSpace, got {type(space).__name__}")
         if not isinstance(strategy, SearchStrategy):
@@ -207,6 +208,17 @@ class TuningLoop:
         self.pool: CandidatePool | None = None
         self._trained_rows = 0
         self._pending: list[tuple[SearchCandidate, float]] = []
+        # Decided traces measured first (e.g. the default schedule), so that a short tuning run
+        # never ends worse than the schedule a build would use without a record.
+        self.seed_traces = tuple(seed_traces)
+        self._seeds: list[SearchCandidate] = []
+
+    def propose(self, count: int) -> list[SearchCandidate]:
+        """The next candidates: the seed traces not measured yet, then the strategy's."""
+        seeds = [c for c in self._seeds if self.pool.is_new(c)][:count]
+        self._seeds = [c for c in self._seeds if c not in seeds and self.pool.is_new(c)]
+        rest = count - len(seeds)
+        return seeds + (list(self.strategy.propose(rest)) if rest > 0 else [])
 
     # -- the run -------------------------------------------------------------------------------
     def run(self, trials: int, *, top_up: bool = False) -> LoopResult:
@@ -235,7 +247,7 @@ class TuningLoop:
             count = min(self.batch_size, budget - len(result.trials))
             # 1. Propose (search), 2. score before measuring (held-out predictions).
             t0, p0 = time.perf_counter(), self.timers["predict"]
-            batch = self.strategy.propose(count)
+            batch = self.propose(count)
             self.timers.add("search", time.perf_counter() - t0 - (self.timers["predict"] - p0))
             batch = self._checked_batch(batch, count)
             if not batch:
@@ -315,6 +327,10 @@ class TuningLoop:
                 if callable(seed_best):
                     seed_best(key, min(c.seconds for c in elites))
         self.strategy.initialize(self.pool, self.model, elites)
+        for trace in self.seed_traces:
+            sc = self.pool.replay(trace, origin="seed")
+            if sc is not None and self.pool.is_new(sc):
+                self._seeds.append(sc)
         if elites:
             self.log(f"[tune {self.workload.name}] resuming: {len(measured)} candidates "
                      f"measured before are skipped; best of {len(elites)} stored: "

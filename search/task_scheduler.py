@@ -202,7 +202,7 @@ class LoopRun:
         when the design space gave nothing new (``result.exhausted`` is then set)."""
         loop, result = self.loop, self.result
         t0, p0 = time.perf_counter(), loop.timers["predict"]
-        batch = loop.strategy.propose(count)
+        batch = loop.propose(count)
         loop.timers.add("search", time.perf_counter() - t0 - (loop.timers["predict"] - p0))
         batch = loop._checked_batch(batch, count)
         if not batch:

@@ -178,3 +178,21 @@ def test_loop_rejects_bad_arguments(space, runner):
     with pytest.raises(search.SearchError, match="no build"):
         search.TuningLoop(space, search.create("random"), cost_models.create("random"),
                           object(), runner, lambda f: f, MemoryDatabase())
+
+
+def test_seed_traces_are_measured_first_and_once(space, tmp_path):
+    from autotune.default_schedule import heuristic_trace
+    from tensor_ir.func import structural_equal
+
+    default = heuristic_trace(space.func, space.target)
+    assert default is not None
+    expected = space.replay(default).func
+    runner = SyntheticRunner(space)
+    db = Database(str(tmp_path / "seed.db"))
+    result = make_loop(space, runner, db, seed_traces=[default]).run(8)
+    assert result.trials[0].origin == "seed"
+    assert structural_equal(runner.ran[0], expected)
+    # A second run with the same database does not measure the seed again.
+    runner2 = SyntheticRunner(space)
+    make_loop(space, runner2, db, seed_traces=[default]).run(8)
+    assert not any(structural_equal(f, expected) for f in runner2.ran)
