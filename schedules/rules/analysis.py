@@ -115,6 +115,27 @@ def has_data_reuse(block: Block) -> bool:
     return False
 
 
+def streams_along_reduction(block: Block) -> bool:
+    """Some input is read at a different element by every iteration (its indices use every
+    iteration variable: no reuse at all) and is contiguous along a reduction axis (its last
+    index uses reduction variables only) -- the weight of a batch-1 dense.  That operand's
+    traffic bounds the kernel, so it must be streamed with vector loads along the reduction,
+    which tiling the spatial axes (vectorised across rows, strided loads) cannot do."""
+    kinds = {iv.var: iv.kind for iv in block.iter_vars}
+    # an axis of extent 1 (the batch of a batch-1 dense) gives no reuse to miss
+    wide = [iv.var for iv in block.iter_vars
+            if not (isinstance(iv.dom.extent, IntImm) and iv.dom.extent.value == 1)]
+    for ld in read_loads(block):
+        if not ld.indices:
+            continue
+        if not all(any(uses_var(e, v) for e in ld.indices) for v in wide):
+            continue
+        last = [v for v in kinds if uses_var(ld.indices[-1], v)]
+        if last and all(kinds[v] == REDUCE for v in last):
+            return True
+    return False
+
+
 def has_guarded_load(block: Block) -> bool:
     """The block selects between a load and something else (a padding stage): inlining it
     puts a per-lane condition into its consumer's inner loop, which defeats vectorization, so

@@ -12,8 +12,16 @@ Two situations:
   spatial and innermost, which the postproc vectorises; a short serial reduction then adds the
   ``ki`` partials.
 
+* a reduction whose dominant input is streamed along the reduction axis with no reuse (the
+  weight ``W[n, k]`` of a batch-1 dense): the kernel is bound by reading that input once, so
+  each row must be reduced with contiguous vector loads.  The "stream" variant splits the
+  reduction by a sampled whole number of vector registers, factors out the inner part (a
+  vector accumulator per row) and computes the partials at the row loop of the final block,
+  so the accumulator is reused across rows and the horizontal sum follows each row.
+
 The rule returns the unchanged schedule as well as each rfactor variant, so search chooses.
-The split factor is a ``sample_perfect_tile`` decision.
+The split factor is a ``sample_perfect_tile`` decision ("stream": a ``sample_categorical``
+over the divisors that are multiples of the vector width).
 """
 from __future__ import annotations
 
@@ -22,7 +30,9 @@ from tensor_ir.target import Target
 
 from ..schedule import Schedule
 from . import ScheduleRule, try_on_copy
-from .analysis import block_info, has_data_reuse, single_store
+from .analysis import (
+    block_info, divisors, has_data_reuse, single_store, streams_along_reduction,
+)
 from .multi_level_tiling import TILING_KEY
 
 RFACTOR_KEY = "meta_schedule.rfactor"
@@ -66,26 +76,45 @@ class AddRFactor(ScheduleRule):
             variants.append("outer")
         if not has_data_reuse(info.block):
             variants.append("inner")
+        elif first_reduce > 0 and streams_along_reduction(info.block) and self._stream_factors(
+                reduce_extent):
+            variants.append("stream")
         out = [sch]
         for variant in variants:
             done = try_on_copy(sch, lambda s: self._rfactor(s, block, first_reduce, variant,
-                                                           len(info.block.writes[0].region)))
+                                                           len(info.block.writes[0].region),
+                                                           reduce_extent))
             if done is not None:
                 out.append(done)
         return out
 
+    def _stream_factors(self, extent: int) -> list[int]:
+        """Vector-accumulator widths for the "stream" variant: divisors of the reduction
+        extent that are 1 to 4 registers wide (more registers only lengthen the final sum)."""
+        return [d for d in divisors(extent)
+                if d % self.lanes == 0 and d <= 4 * self.lanes and d < extent]
+
     def _rfactor(self, sch: Schedule, block: str, first_reduce: int, variant: str,
-                 ndim: int) -> None:
+                 ndim: int, reduce_extent: int) -> None:
         b = sch.get_block(block)
         loops = sch.get_loops(b)
         reduce_loops = loops[first_reduce:]
         fused = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
-        tiles = sch.sample_perfect_tile(fused, n=2,
-                                        max_innermost_factor=self.max_innermost_factor)
-        outer, inner = sch.split(fused, tiles)
-        if variant == "outer":
-            rf = sch.rfactor(outer, 0)
-        else:
+        if variant == "stream":
+            widths = self._stream_factors(reduce_extent)
+            width = sch.sample_categorical(widths, [1.0 / len(widths)] * len(widths))
+            outer, inner = sch.split(fused, [None, width])
             rf = sch.rfactor(inner, ndim)
+            # Partials of one row at a time, next to the row's horizontal sum: the
+            # accumulator stays hot and the postproc parallelises the rows of both stages.
+            sch.compute_at(rf, sch.get_loops(b)[first_reduce - 1])
+        else:
+            tiles = sch.sample_perfect_tile(fused, n=2,
+                                            max_innermost_factor=self.max_innermost_factor)
+            outer, inner = sch.split(fused, tiles)
+            if variant == "outer":
+                rf = sch.rfactor(outer, 0)
+            else:
+                rf = sch.rfactor(inner, ndim)
         sch.annotate(rf, RFACTOR_KEY, variant)
         sch.annotate(b, RFACTOR_KEY, "final")

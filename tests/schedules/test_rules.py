@@ -166,6 +166,37 @@ def test_rfactor_outer_for_full_reductions():
     assert "outer" in variants
 
 
+def _rf_variants(out):
+    return [dict(tree.find_block(s.func, n).node.block.annotations).get("meta_schedule.rfactor")
+            for s in out[1:] for n in _blocks(s.func) if n.endswith("_rf")]
+
+
+def test_rfactor_stream_for_batch1_dense():
+    func = ops.dense(1, 48, 128)  # the weight is read once, contiguous along k
+    name = [n for n in _blocks(func)][0]
+    out = _init(AddRFactor()).apply(Schedule(func, seed=0), name)
+    assert "stream" in _rf_variants(out)
+    sch = [s for s in out[1:] if "stream" in _rf_variants([None, s])][0]
+    loops = tree.find_block(sch.func, name + "_rf").loops
+    width = loops[-1].extent.value
+    assert width % 16 == 0 and 128 % width == 0  # whole vector registers
+    assert len(tree.find_block(sch.func, name).loops) == 3  # computed at the row loop
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (1, 128)).astype("float32")
+    w = rng.uniform(-1, 1, (48, 128)).astype("float32")
+    (got,) = interp.evaluate(sch.func, x, w)
+    np.testing.assert_allclose(got, x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_rfactor_no_stream_with_reuse():
+    func = ops.matmul(32, 32, 64)  # B is reused across rows, read along the spatial axis
+    name = _blocks(func)[0]
+    assert "stream" not in _rf_variants(_init(AddRFactor()).apply(Schedule(func), name))
+    func = ops.dense(8, 48, 128)  # the weight is reused by 8 rows: tiling's job
+    name = _blocks(func)[0]
+    assert "stream" not in _rf_variants(_init(AddRFactor()).apply(Schedule(func), name))
+
+
 def test_rfactor_skips_short_reductions():
     func = ops.sum((64, 8), axis=1)
     sch = Schedule(func)
