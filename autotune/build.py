@@ -266,8 +266,14 @@ def _build_model_under(model, target, context):
     before = len(context.entries)
     strict = context.strict
     context.strict = False  # collect every missing workload, then raise once naming them all
+    from .history import suspended
+
     try:
-        lib = build_model(model, target, lookup=lambda f: context.lookup(f, target), warn=False)
+        # The fused functions are compiled after their records are applied: those inner
+        # builds must not look the scheduled functions up again.
+        with suspended():
+            lib = build_model(model, target, lookup=lambda f: context.lookup(f, target),
+                              warn=False)
     finally:
         context.strict = strict
     missing = [e for e in context.entries[before:] if not e.served]

@@ -124,6 +124,19 @@ def _stack() -> list:
     return stack
 
 
+class suspended:
+    """Hide the active contexts of this thread (for builds of functions that are already
+    scheduled, e.g. the fused functions of a model whose records were just applied)."""
+
+    def __enter__(self):
+        self._saved = list(_stack())
+        _stack().clear()
+        return self
+
+    def __exit__(self, *exc):
+        _stack()[:] = self._saved
+
+
 def current() -> ApplyHistoryBest | None:
     """The innermost active apply_history_best context of this thread."""
     stack = _stack()

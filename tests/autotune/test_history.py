@@ -130,3 +130,22 @@ def test_model_build_under_apply_history_best_reports_coverage():
             autotune.build(model, target="llvm")
     others = [t for t in tasks if t.key != heavy.key]
     assert all(t.key[:12] in str(err.value) for t in others)
+
+
+def test_fully_covered_model_builds_in_strict_mode_without_fallbacks():
+    from autotune.graph.tasks import extract_tasks
+    from schedules.space import DesignSpace
+    from tests.graph.helpers import conv_bn_relu_model
+
+    model = conv_bn_relu_model()
+    db = Database()
+    target = str(autotune.Target("llvm"))
+    for task in extract_tasks(model):
+        key = db.commit_workload(Workload(task.func))
+        trace = DesignSpace(task.func, "llvm").sample(seed=1).final_trace
+        db.commit_records([TuningRecord(key, target, trace, run_times=[1e-4], median=1e-4)])
+    with autotune.apply_history_best(db, strict=True) as ctx:
+        lib = autotune.build(model, target="llvm")
+    assert lib.report.coverage == 1.0
+    cov = ctx.coverage()
+    assert cov["fallback"] == [] and cov["served"] == len(extract_tasks(model))
