@@ -107,7 +107,7 @@ def to_onnx(model, opset: int = 17):
             add("Mul", [x[0], one_plus], half)
             add("Mul", [half, const(np.float32(0.5), "half")], out)
         else:
-            raise NotImplementedError(f"to_onnx: no ONNX form for graph op {node.op!r} "
+            raise ValueError(f"to_onnx: no ONNX form for graph op {node.op!r} "
                                       f"(node {node.name})")
 
     def value(name):
