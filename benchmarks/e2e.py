@@ -108,7 +108,7 @@ def to_onnx(model, opset: int = 17):
             add("Mul", [half, const(np.float32(0.5), "half")], out)
         else:
             raise ValueError(f"to_onnx: no ONNX form for graph op {node.op!r} "
-                                      f"(node {node.name})")
+                             f"(node {node.name})")
 
     def value(name):
         t = model.types[name]
