@@ -150,16 +150,7 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
                                 else MeasureConfig())
 
     # 2. Open what is ours to open (and close it, whatever happens).
-    own_db = not isinstance(database, Database)
-    if database is None:
-        db = MemoryDatabase()
-    elif isinstance(database, Database):
-        db = database
-    elif isinstance(database, (str, os.PathLike)):
-        db = Database(database)
-    else:
-        raise TuneError(f"autotune.tune: database must be a path, a records.Database or None, "
-                        f"got {type(database).__name__}")
+    db, own_db = open_database(database, "autotune.tune")
     own_builder, own_runner = builder is None, runner is None
     try:
         if own_builder:
@@ -212,3 +203,16 @@ def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasu
     gflops = result.flops / seconds / 1e9 if seconds > 0 else 0.0
     gbps = result.bytes / seconds / 1e9 if seconds > 0 else 0.0
     return TuneResult(schedule, trace, seconds, gflops, gbps, spread, **common)
+
+
+def open_database(database, caller: str):
+    """(database, whether the caller opened it and must close it) for a path, a
+    records.Database or None (an in-memory database)."""
+    if database is None:
+        return MemoryDatabase(), True
+    if isinstance(database, Database):
+        return database, False
+    if isinstance(database, (str, os.PathLike)):
+        return Database(database), True
+    raise TuneError(f"{caller}: database must be a path, a records.Database or None, "
+                    f"got {type(database).__name__}")

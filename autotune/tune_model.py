@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import cost_models
 import search
-from records import Database, MemoryDatabase
+from records import Database
 from schedules.space import DesignSpace
 from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
 from tensor_ir.func import PrimFunc
@@ -48,7 +48,7 @@ from .graph.ir import Model
 from .graph.tasks import extract_tasks
 from .measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
 from .report import ModelReport, TaskRow, format_report, refresh, store
-from .tune import TuneError
+from .tune import TuneError, open_database
 
 __all__ = ["CoverageError", "TuneModelResult", "model_tasks", "parse_duration", "tune_model"]
 
@@ -210,16 +210,7 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                                 else MeasureConfig())
 
     # 2. What is ours to open is closed at the end, whatever happens.
-    own_db = not isinstance(database, Database)
-    if database is None:
-        db = MemoryDatabase()
-    elif isinstance(database, Database):
-        db = database
-    elif isinstance(database, (str, os.PathLike)):
-        db = Database(database)
-    else:
-        raise TuneError(f"tune_model: database must be a path, a records.Database or None, "
-                        f"got {type(database).__name__}")
+    db, own_db = open_database(database, "tune_model")
     own_builder, own_runner = builder is None, runner is None
     try:
         if own_builder:
