@@ -147,9 +147,18 @@ class _Importer:
                     f"ONNX operator {self.node.op_type} in {self.where()} is not supported; "
                     f"supported operators: {', '.join(sorted(_CONVERTERS))}")
             convert(self)
+        # Marking an output renames its producer's value in place; remember the new names so
+        # that a later output of the same tensor (graph outputs "h" and "y" with
+        # y = Identity(h), which the importer collapsed into one value) finds it.
+        renamed: dict[str, str] = {}
         for out in graph.output:
             value = self.value(out.name)
-            self.builder.output(value, out.name)
+            value = renamed.get(value, value)
+            if value in self.builder.outputs:
+                # Already an output under another name: a copy gives this name its own value.
+                self.builder.output(self.builder.op("identity", [value], output=out.name))
+            else:
+                renamed[value] = self.builder.output(value, out.name)
         return self.builder.build()
 
     def _input_type(self, vi) -> tuple[tuple, str]:
