@@ -66,6 +66,8 @@ class TuneResult:
     phase_seconds  wall seconds per phase (search, predict, build, run, kernel, db,
                    retrain, warm_start, remeasure).
     wall_seconds, overhead_share, trials_per_minute, model_accuracy   see search.LoopResult.
+    model_heldout  with ``heldout``: the trained model's pairwise accuracy on unseen random
+                   programs (see search.TuningLoop.heldout_accuracy), else None.
     """
 
     best_schedule: Schedule | None
@@ -87,6 +89,7 @@ class TuneResult:
     previous_trials: int = 0
     remeasured: list[dict] = field(default_factory=list)
     loop: LoopResult | None = field(default=None, repr=False)
+    model_heldout: dict | None = None
 
     @property
     def best_func(self) -> PrimFunc | None:
@@ -99,7 +102,7 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
          cost_model: str | cost_models.CostModel = "xgb", batch_size: int = 16, seed: int = 0,
          measure_config: MeasureConfig | None = None, builder=None, runner=None,
          space: DesignSpace | None = None, remeasure_top: int = 3, remeasure_rounds: int = 3,
-         warm_start: int = 64, top_up: bool = True, log=True) -> TuneResult:
+         warm_start: int = 64, top_up: bool = True, log=True, heldout: int = 0) -> TuneResult:
     """Tune ``func`` for ``target`` until ``trials`` candidates are measured.
 
     ``trials`` counts the candidates already in the database for this workload and target
@@ -118,6 +121,9 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
     ``remeasure_rounds`` times, interleaved, before the best is reported (0: not).
     ``warm_start``: best stored records a resumed run starts from.  ``log``: True prints
     progress to stderr, False is silent, a logging.Logger or a callable takes the lines.
+    ``heldout``: after the search, that many fresh random programs of the space are measured
+    (kept out of the database and of the model's training data) to judge the trained cost
+    model's ranking on candidates it never saw (``TuneResult.model_heldout``; 0: not).
     """
     # 1. Check the arguments before starting any process.
     if not isinstance(func, PrimFunc):
@@ -126,6 +132,8 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         raise TuneError(f"autotune.tune: trials must be an int >= 0, got {trials!r}")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TuneError(f"autotune.tune: seed must be an int, got {seed!r}")
+    if not isinstance(heldout, int) or isinstance(heldout, bool) or heldout < 0:
+        raise TuneError(f"autotune.tune: heldout must be an int >= 0, got {heldout!r}")
     if not isinstance(top_up, bool):
         raise TuneError(f"autotune.tune: top_up must be True or False, got {top_up!r}")
     if measure_config is not None and not isinstance(measure_config, MeasureConfig):
@@ -168,7 +176,10 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
                                  warm_start=warm_start, log=log, seed_traces=seeds)
         result = loop.run(trials, top_up=top_up)
         remeasured = loop.remeasure_top(remeasure_top, remeasure_rounds)
-        return _result(func, loop, result, remeasured, db, target)
+        out = _result(func, loop, result, remeasured, db, target)
+        if heldout >= 2 and result.trials:
+            out.model_heldout = loop.heldout_accuracy(heldout, seed=seed + 1)
+        return out
     finally:
         if own_runner and runner is not None:
             runner.close()

@@ -19,7 +19,12 @@ For each workload it prints (one JSON document on stdout; progress lines go to s
     trial_reaching_90pct     the first trial whose best-so-far reached 90% of the final best
     wall_s, outside_kernels_share, trials_per_minute, phase_s   the tuner's own cost
     model_pairwise_accuracy  the cost model's ranking accuracy on each batch before it was
-                             trained on it (held-out), pooled over the run
+                             trained on it, pooled over the run (the search's own picks: close
+                             in speed, so the hardest pairs to order)
+    model_heldout            after the run, the model trained on every measured candidate
+                             ranks --heldout fresh random programs of the space that it never
+                             saw (measured then, kept out of its training data): accuracy,
+                             candidates timed, rows it was trained on
     random_search            the same figures with strategy="random" (for --random-for)
 
 The machine may be shared: timings carry that noise.  A short run: ``--workloads matmul_1024
@@ -96,13 +101,13 @@ def naive_seconds(func, builder, runner) -> float | None:
 
 
 def tune_figures(func, trials: list[int], strategy: str, args, flops: float, nbytes: float,
-                 builder, runner) -> dict:
+                 builder, runner, heldout: int = 0) -> dict:
     import autotune
 
     total = max(trials)
     result = autotune.tune(func, "llvm", trials=total, batch_size=args.batch_size,
                            seed=args.seed, strategy=strategy, builder=builder, runner=runner,
-                           log=True)
+                           log=True, heldout=heldout)
     history = result.history
     after: dict[str, dict] = {}
     for n in trials:
@@ -112,7 +117,7 @@ def tune_figures(func, trials: list[int], strategy: str, args, flops: float, nby
             best = result.best_time
         after[str(n)] = _rates(best, flops, nbytes)
     loop = result.loop
-    return {
+    out = {
         "strategy": strategy,
         "trials_done": result.trials,
         "after": after,
@@ -127,6 +132,13 @@ def tune_figures(func, trials: list[int], strategy: str, args, flops: float, nby
         else round(result.model_accuracy, 3),
         "errors": loop.errors if loop else None,
     }
+    held = result.model_heldout
+    if held is not None:
+        acc = held["accuracy"]
+        out["model_heldout"] = {"accuracy": None if math.isnan(acc) else round(acc, 3),
+                                "candidates": held["candidates"],
+                                "trained_on": held["trained_on"]}
+    return out
 
 
 def _ms(seconds):
@@ -154,6 +166,9 @@ def main(argv=None) -> int:
                         help="workloads also tuned with random search ('' for none)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--heldout", type=int, default=48,
+                        help="fresh random programs measured after each evolutionary run to "
+                             "judge the trained cost model (0: none)")
     args = parser.parse_args(argv)
     names = [n for n in args.workloads.split(",") if n]
     trials = sorted({int(t) for t in args.trials.split(",") if t})
@@ -176,7 +191,7 @@ def main(argv=None) -> int:
                 entry["naive_measure_s"] = round(time.perf_counter() - t0, 1)
             with LocalRunner(config) as runner:
                 entry["tuned"] = tune_figures(func, trials, "evolutionary", args, flops,
-                                              nbytes, builder, runner)
+                                              nbytes, builder, runner, heldout=args.heldout)
             first = entry["tuned"]["after"][str(trials[0])]["ms"]
             entry["speedup_vs_naive_after_first"] = (
                 round(naive * 1e3 / first, 2) if naive and first else None)
@@ -186,7 +201,7 @@ def main(argv=None) -> int:
             if name in random_for:
                 with LocalRunner(config) as runner:
                     entry["random_search"] = tune_figures(func, trials, "random", args, flops,
-                                                          nbytes, builder, runner)
+                                                          nbytes, builder, runner, heldout=0)
             doc["workloads"][name] = entry
             json.dump({name: entry}, sys.stderr)
             sys.stderr.write("\n")

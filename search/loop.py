@@ -377,6 +377,40 @@ class TuningLoop:
         self._trained_rows += len(cands)
         self._pending = []
 
+    # -- judging the cost model ----------------------------------------------------------------
+    def heldout_accuracy(self, count: int = 48, seed: int = 0) -> dict:
+        """The cost model's pairwise ranking accuracy on ``count`` fresh random programs of the
+        space that it has never seen (none measured in this run or stored before), measured
+        now with the loop's builder and runner and kept out of the database and out of the
+        model's training data.  Call it after :meth:`run`; returns ``accuracy`` (NaN when
+        fewer than two candidates could be timed), ``candidates`` (measured without error)
+        and ``trained_on`` (rows the model was trained on)."""
+        if not isinstance(count, int) or count < 2:
+            raise SearchError(f"heldout_accuracy: count must be an int >= 2, got {count!r}")
+        if self.pool is None:
+            raise SearchError("heldout_accuracy: run() the loop first (the model is untrained)")
+        import random
+
+        rng = random.Random(seed)
+        cands: list[SearchCandidate] = []
+        seen: set[str] = set()
+        for _ in range(8 * count):
+            if len(cands) >= count:
+                break
+            sc = self.pool.sample(rng, origin="heldout")
+            if sc is None or not self.pool.is_new(sc) or sc.program_hash in seen:
+                continue
+            seen.add(sc.program_hash)
+            cands.append(sc)
+        if len(cands) < 2:
+            return {"accuracy": math.nan, "candidates": len(cands),
+                    "trained_on": self._trained_rows}
+        scores = np.asarray(self.model.predict(self.pool.features(cands)), dtype=np.float64)
+        results = self._measure(cands)
+        times = np.array([math.inf if r.is_error else float(r.median) for r in results])
+        return {"accuracy": pairwise_accuracy(scores, times),
+                "candidates": int(np.isfinite(times).sum()), "trained_on": self._trained_rows}
+
     # -- re-measuring the best -----------------------------------------------------------------
     def remeasure_top(self, k: int = 3, rounds: int = 3, max_passes: int = 3) -> list[dict]:
         """Re-time the ``k`` best records of the workload ``rounds`` times, interleaved (each

@@ -706,6 +706,11 @@ def compact_buffer_allocation(func: PrimFunc) -> PrimFunc:
     return func.with_body(body)
 
 
+# (body, its _Collector) of the last private_buffers question; holding the body keeps its id
+# from being reused.
+_LAST_COLLECTED: list = [None, None]
+
+
 def private_buffers(func, loop: For, kind: str = PARALLEL,
                     thread_binding: str | None = None) -> set:
     """Buffers that compaction allocates inside the body of ``loop`` once the loop has
@@ -720,5 +725,12 @@ def private_buffers(func, loop: For, kind: str = PARALLEL,
     if kind == VECTORIZED:
         return set()
     body = func.body if isinstance(func, PrimFunc) else func
-    plans = _plan(_collect(body), {id(loop): (kind, thread_binding)})
+    # Post-processors ask this about several loops of one (immutable) body in a row: collect
+    # its accesses once.
+    if _LAST_COLLECTED[0] is body:
+        col = _LAST_COLLECTED[1]
+    else:
+        col = _collect(body)
+        _LAST_COLLECTED[:] = [body, col]
+    plans = _plan(col, {id(loop): (kind, thread_binding)})
     return {b for b, p in plans.items() if any(lp is loop for lp in p.enclosing)}

@@ -63,11 +63,15 @@ class MeasureConfig:
                    by the largest reference magnitude.
     """
 
-    # NOTE: five short repeats rather than three long ones: on a noisy (shared, virtualised)
-    # machine the median of five is markedly steadier for the same total time.
+    # NOTE: five repeats rather than three: on a noisy (shared, virtualised) machine the
+    # median of five is markedly steadier for the same total time.  Each repeat lasts at least
+    # 50 ms because a parallel kernel sharing its cores with another process is descheduled
+    # in whole scheduler ticks (~4 ms): a 20 ms repeat then moves by up to 20% from one tick,
+    # a 50 ms one by under 10%.  It also keeps the tuner's own work (search, builds) a small
+    # share of a tuning run: about 0.3 s of kernel runs per candidate.
     number: int = 1
     repeat: int = 5
-    min_repeat_ms: float = 20.0
+    min_repeat_ms: float = 50.0
     flush_cache: bool = False
     timeout: float = 10.0
     slow_factor: float = 10.0

@@ -108,6 +108,29 @@ def test_phases_progress_and_model_accuracy(space, runner):
     assert result.trial_reaching(0.9) is not None
 
 
+def test_heldout_accuracy_judges_the_trained_model_on_unseen_programs(space, runner):
+    db = MemoryDatabase()
+    loop = make_loop(space, runner, database=db)
+    with pytest.raises(search.SearchError, match="run"):
+        loop.heldout_accuracy(8)
+    loop.run(48)
+    stored = db.count()
+    measured = set(loop.pool.measured_programs)
+    ran_before = len(runner.ran)
+    held = loop.heldout_accuracy(24, seed=5)
+    assert held["trained_on"] == 48
+    assert held["candidates"] == 24
+    # The synthetic time is a smooth function of the features: a trained model orders most
+    # unseen pairs right (chance is 0.5).
+    assert held["accuracy"] > 0.7
+    new = runner.ran[ran_before:]
+    assert len(new) == 24
+    assert not {f.structural_hash() for f in new} & measured  # never seen before
+    assert db.count() == stored  # kept out of the database
+    with pytest.raises(search.SearchError, match="count"):
+        loop.heldout_accuracy(1)
+
+
 class LuckyRunner(SyntheticRunner):
     """The first ``lucky`` programs it sees are measured absurdly fast once (a noise spike);
     every later run of them shows their true, slow time."""
