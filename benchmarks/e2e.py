@@ -183,7 +183,12 @@ def bench_model(name: str, args) -> dict:
     out["budgets"] = []
 
     # 2. Each budget in turn (the model's total trials: resumable from the database).
-    config = MeasureConfig(**({"repeat": 2, "min_repeat_ms": 2.0} if args.small else {}))
+    if args.small:
+        config = MeasureConfig(repeat=2, min_repeat_ms=2.0)
+    elif args.min_repeat_ms is not None:
+        config = MeasureConfig(min_repeat_ms=args.min_repeat_ms)
+    else:
+        config = MeasureConfig()
     for budget in sorted(args.budgets):
         start = time.perf_counter()
         with Progress(sys.stderr, model=name, live=False) as progress:
@@ -231,6 +236,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=10, help="timed repeats per latency")
+    parser.add_argument("--min-repeat-ms", type=float, default=None,
+                        help="shortest timed repeat of a candidate while tuning (default: "
+                             "MeasureConfig's); shorter fits more trials in an hour")
     parser.add_argument("--small", action="store_true",
                         help="shrunk models and short timing: checks the command quickly")
     args = parser.parse_args(argv)
