@@ -36,6 +36,7 @@ from ..stmt import (
     Evaluate, For, IfThenElse, LetStmt, SeqStmt,
 )
 from ..visitor import walk
+from . import fastmath
 from .parallel import ParallelMixin
 from .types import (
     FAST_MATH, I8, I32, I64, PTR, VOID, all_ones, int_bits, int_constant, lanes_of, like,
@@ -816,13 +817,15 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         x = args[0]
         one = ir.Constant(scalar_type(x.type), 1.0)
         one = self.broadcast(one, lanes_of(x)) if lanes_of(x) else one
+        if name in fastmath.FAST_FLOAT32 and isinstance(scalar_type(x.type), ir.FloatType):
+            return fastmath.emit(self, name, x)  # vectorises (libm would go lane by lane)
         if name in LLVM_INTRINSICS:
             return self.call_intrinsic(LLVM_INTRINSICS[name], args)
         if name == "rsqrt":
             return bld.fdiv(one, self.call_intrinsic("llvm.sqrt", [x]))
         if name == "sigmoid":
             neg = bld.fneg(x)
-            return bld.fdiv(one, bld.fadd(one, self.call_intrinsic("llvm.exp", [neg])))
+            return bld.fdiv(one, bld.fadd(one, self._float_intrinsic("exp", [neg])))
         if name in LIBM_FUNCTIONS:
             return self.call_libm(LIBM_FUNCTIONS[name], args)
         raise BuildError(f"codegen: unknown intrinsic {name!r}")
