@@ -15,27 +15,49 @@ Two situations:
 * a reduction whose dominant input is streamed along the reduction axis with no reuse (the
   weight ``W[n, k]`` of a batch-1 dense): the kernel is bound by reading that input once, so
   each row must be reduced with contiguous vector loads.  The "stream" variant splits the
-  reduction by a sampled whole number of vector registers, factors out the inner part (a
-  vector accumulator per row) and computes the partials at the row loop of the final block,
-  so the accumulator is reused across rows and the horizontal sum follows each row.
+  reduction by a sampled whole number of vector registers and factors out the inner part (a
+  vector accumulator per row).  The innermost row loop of the final block is split by a
+  sampled row count R, and the partials are computed at the outer row loop with the
+  reduction loop outside the R rows (unrolled) and the lanes innermost:
+
+      for rows in parallel(N / R):                  # row groups shared by the threads
+          acc[R, w] = 0
+          for ko in range(K / w):
+              for r in unrolled(R):                 # R independent FMA chains; x[ko] is
+                  for l in vectorized(w):           # loaded once for the R rows
+                      acc[r, l] += x[ko*w + l] * W[rows*R + r, ko*w + l]
+          for r in unrolled(R): y[rows*R + r] = sum(acc[r, :])
+
+  With R unrolled the accumulators have constant indices, so LLVM keeps them in registers,
+  and the R horizontal sums are independent (LLVM interleaves them with shuffles).  Each
+  row's sum is still w dependent scalar adds (in order: no reassociation), so w is 1 or 2
+  registers and the narrower is sampled more often: at 4 registers (64 lanes) that chain,
+  not the stream of W, bounded the one-row form.
 
 The rule returns the unchanged schedule as well as each rfactor variant, so search chooses.
-The split factor is a ``sample_perfect_tile`` decision ("stream": a ``sample_categorical``
-over the divisors that are multiples of the vector width).
+The split factor is a ``sample_perfect_tile`` decision ("stream": two ``sample_categorical``
+decisions, the accumulator width over the divisors of the reduction that are whole vector
+registers, and the row count R over the divisors of the row loop up to ``MAX_STREAM_ROWS``).
 """
 from __future__ import annotations
 
 from tensor_ir.stmt import REDUCE, SPATIAL
 from tensor_ir.target import Target
 
+from ..errors import ScheduleError
 from ..schedule import Schedule
 from . import ScheduleRule, try_on_copy
 from .analysis import (
-    block_info, divisors, has_data_reuse, single_store, streams_along_reduction,
+    block_info, const_extent, divisors, has_data_reuse, single_store, streams_along_reduction,
 )
 from .multi_level_tiling import TILING_KEY
 
 RFACTOR_KEY = "meta_schedule.rfactor"
+# "stream" variant: widest vector accumulator per row, in registers, and most rows per
+# iteration.  2 x 8 = 16 accumulators leave half of AVX-512's 32 registers for x and W; on a
+# 16-register target the widest combinations spill, and search measures them as slow.
+MAX_STREAM_REGISTERS = 2
+MAX_STREAM_ROWS = 8
 
 
 class AddRFactor(ScheduleRule):
@@ -90,9 +112,25 @@ class AddRFactor(ScheduleRule):
 
     def _stream_factors(self, extent: int) -> list[int]:
         """Vector-accumulator widths for the "stream" variant: divisors of the reduction
-        extent that are 1 to 4 registers wide (more registers only lengthen the final sum)."""
-        return [d for d in divisors(extent)
-                if d % self.lanes == 0 and d <= 4 * self.lanes and d < extent]
+        extent below it that are one or ``MAX_STREAM_REGISTERS`` whole registers wide (rows,
+        not registers per row, give the independent FMA chains, and R rows of wider
+        accumulators would run out of registers); when no divisor is a whole register, half
+        then quarter registers (a reduction of 100 still streams 4 or 20 lanes at a time)."""
+        for unit in (self.lanes, self.lanes // 2, self.lanes // 4):
+            if unit < 2:
+                break
+            widths = [d for d in divisors(extent)
+                      if d % unit == 0 and d <= MAX_STREAM_REGISTERS * self.lanes
+                      and d < extent]
+            if widths:
+                return widths
+        return []
+
+    @staticmethod
+    def _stream_rows(extent: int) -> list[int]:
+        """Row counts R for the "stream" variant: divisors of the row loop's extent up to
+        MAX_STREAM_ROWS (1 keeps the one-row form; a prime extent offers only that)."""
+        return [d for d in divisors(extent) if d <= MAX_STREAM_ROWS]
 
     def _rfactor(self, sch: Schedule, block: str, first_reduce: int, variant: str,
                  ndim: int, reduce_extent: int) -> None:
@@ -101,13 +139,7 @@ class AddRFactor(ScheduleRule):
         reduce_loops = loops[first_reduce:]
         fused = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
         if variant == "stream":
-            widths = self._stream_factors(reduce_extent)
-            width = sch.sample_categorical(widths, [1.0 / len(widths)] * len(widths))
-            outer, inner = sch.split(fused, [None, width])
-            rf = sch.rfactor(inner, ndim)
-            # Partials of one row at a time, next to the row's horizontal sum: the
-            # accumulator stays hot and the postproc parallelises the rows of both stages.
-            sch.compute_at(rf, sch.get_loops(b)[first_reduce - 1])
+            rf = self._stream(sch, b, fused, first_reduce, ndim, reduce_extent)
         else:
             tiles = sch.sample_perfect_tile(fused, n=2,
                                             max_innermost_factor=self.max_innermost_factor)
@@ -118,3 +150,39 @@ class AddRFactor(ScheduleRule):
                 rf = sch.rfactor(inner, ndim)
         sch.annotate(rf, RFACTOR_KEY, variant)
         sch.annotate(b, RFACTOR_KEY, "final")
+
+    def _stream(self, sch: Schedule, b, fused, first_reduce: int, ndim: int,
+                reduce_extent: int):
+        """The "stream" structure of the module text; returns the partials' block."""
+        widths = self._stream_factors(reduce_extent)
+        # Narrow accumulators first: each row ends with ``width`` dependent scalar adds (the
+        # lanes' sum, in order), which a wide accumulator makes the bound of the kernel
+        # (one row at 64 lanes ran at 45 GFLOPS where 16 lanes ran at 67 on a 2-core Zen4).
+        weights = [1.0 / w for w in widths]
+        width = sch.sample_categorical(widths, [v / sum(weights) for v in weights])
+        _, inner = sch.split(fused, [None, width])
+        rf = sch.rfactor(inner, ndim)
+        # rfactor rebuilt the final block's nest: its spatial loops, then the lanes' sum.
+        row_loop = sch.get_loops(b)[first_reduce - 1]
+        row_extent = const_extent(sch.get(row_loop))
+        if row_extent is None:
+            raise ScheduleError("stream rfactor: the row loop has no constant extent")
+        counts = self._stream_rows(row_extent)
+        count = sch.sample_categorical(counts, [1.0 / len(counts)] * len(counts))
+        row_outer, row_inner = sch.split(row_loop, [None, count])
+        sch.compute_at(rf, row_outer)
+        # compute_at gives the partials one loop per iteration variable under row_outer:
+        # the spatial axes (the last one spans the R rows), the outer reduction, the lanes.
+        inside = sch.get_loops(rf)[first_reduce:]
+        if len(inside) != first_reduce + 2:
+            raise ScheduleError(f"stream rfactor: expected {first_reduce + 2} loops of the "
+                                f"partials under the row loop, found {len(inside)}")
+        rows, reduce_outer = inside[first_reduce - 1], inside[first_reduce]
+        # Reduction outside the rows: each vector of the streamed operand's partner (x) is
+        # loaded once for R rows, and the R accumulators are R independent FMA chains.
+        sch.reorder(reduce_outer, rows)
+        # Unrolled rows give the accumulators constant indices (registers, not memory) and
+        # leave the R horizontal sums side by side for LLVM to interleave.
+        sch.unroll(rows)
+        sch.unroll(row_inner)
+        return rf
