@@ -9,13 +9,26 @@ alone on purpose:
   output stage is folded into its elementwise producer with reverse_compute_inline;
 * padding-like stages (a select between a load and a constant): inlined, the select lands in
   the consumer's innermost loop where it costs a per-lane branch, so whether to inline them is
-  left to RandomComputeLocation, whose sampled location includes "inline".
+  left to RandomComputeLocation, whose sampled location includes "inline";
+* stages that call a costly function (exp, erf, tanh, ...) and feed more than one consumer:
+  inlined, each consumer would compute it again (softmax's exp is read by its sum and by the
+  division: inlined, the kernel evaluates twice the exps and ran 2x slower).  Those too are
+  left to RandomComputeLocation.
 """
 from __future__ import annotations
 
+from tensor_ir.expr import Call
+from tensor_ir.visitor import collect
+
+from .. import tree
 from ..schedule import Schedule
 from . import ScheduleRule, try_on_copy
 from .analysis import block_info, has_guarded_load, single_store, writes_param
+
+# Intrinsics that cost many instructions per element (a polynomial or a libm call): worth
+# computing once and storing rather than recomputing in each consumer.
+COSTLY_CALLS = frozenset({"exp", "exp2", "log", "log2", "erf", "tanh", "sigmoid", "pow",
+                          "sin", "cos"})
 
 
 class AutoInline(ScheduleRule):
@@ -38,6 +51,9 @@ class AutoInline(ScheduleRule):
             return [sch]
         if not self.inline_padding and has_guarded_load(info.block):
             return [sch]
+        if (not writes_param(sch.func, info.block) and _calls_costly(info.block)
+                and len(tree.consumers(sch.func, block)) > 1):
+            return [sch]
         if writes_param(sch.func, info.block):
             if not self.into_producer:
                 return [sch]
@@ -47,3 +63,7 @@ class AutoInline(ScheduleRule):
                 return [sch]
             done = try_on_copy(sch, lambda s: s.compute_inline(s.get_block(block)))
         return [done if done is not None else sch]
+
+
+def _calls_costly(block) -> bool:
+    return any(c.name in COSTLY_CALLS for c in collect(block.body, Call))

@@ -64,6 +64,21 @@ def test_auto_inline_leaves_reductions_and_padding_alone():
     assert AutoInline(inline_padding=True).apply(sch, "pad")[0] is not sch
 
 
+def test_auto_inline_keeps_a_costly_stage_read_by_two_consumers():
+    # softmax: exp feeds both the sum and the division; inlined it would be evaluated twice.
+    func = ops.softmax((4, 10))
+    rule = _init(AutoInline())
+    sch = Schedule(func)
+    assert rule.apply(sch, "T_softmax_exp") == [sch] and len(sch.trace) == 0
+    # One consumer: nothing is recomputed, so it is inlined as any elementwise stage.
+    A = te.placeholder((4, 3), "float32", name="A")
+    B = te.compute((4, 3), lambda i, j: te.exp(A[i, j]), name="B")
+    C = te.compute((4, 3), lambda i, j: B[i, j] + 1.0, name="C")
+    sch = Schedule(te.create_prim_func([A, C]))
+    (out,) = rule.apply(sch, "B")
+    assert _blocks(out.func) == ["C"]
+
+
 def test_auto_inline_bias_add_into_relu_output():
     A = te.placeholder((4, 3), "float32", name="A")
     B = te.placeholder((3, 5), "float32", name="B")
