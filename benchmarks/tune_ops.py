@@ -24,7 +24,9 @@ For each workload it prints (one JSON document on stdout; progress lines go to s
     model_heldout            after the run, the model trained on every measured candidate
                              ranks --heldout fresh random programs of the space that it never
                              saw (measured then, kept out of its training data): accuracy,
-                             candidates timed, rows it was trained on
+                             candidates timed, rows it was trained on.  For the evolutionary
+                             run its training data crowd around the best programs, for the
+                             random one they spread over the space like the held-out ones
     random_search            the same figures with strategy="random" (for --random-for)
 
 The machine may be shared: timings carry that noise.  A short run: ``--workloads matmul_1024
@@ -167,8 +169,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--heldout", type=int, default=48,
-                        help="fresh random programs measured after each evolutionary run to "
-                             "judge the trained cost model (0: none)")
+                        help="fresh random programs measured after each tuning run to judge "
+                             "the trained cost model (0: none)")
     args = parser.parse_args(argv)
     names = [n for n in args.workloads.split(",") if n]
     trials = sorted({int(t) for t in args.trials.split(",") if t})
@@ -201,7 +203,8 @@ def main(argv=None) -> int:
             if name in random_for:
                 with LocalRunner(config) as runner:
                     entry["random_search"] = tune_figures(func, trials, "random", args, flops,
-                                                          nbytes, builder, runner, heldout=0)
+                                                          nbytes, builder, runner,
+                                                          heldout=args.heldout)
             doc["workloads"][name] = entry
             json.dump({name: entry}, sys.stderr)
             sys.stderr.write("\n")

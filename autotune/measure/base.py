@@ -65,13 +65,14 @@ class MeasureConfig:
 
     # NOTE: five repeats rather than three: on a noisy (shared, virtualised) machine the
     # median of five is markedly steadier for the same total time.  Each repeat lasts at least
-    # 50 ms because a parallel kernel sharing its cores with another process is descheduled
+    # 70 ms because a parallel kernel sharing its cores with another process is descheduled
     # in whole scheduler ticks (~4 ms): a 20 ms repeat then moves by up to 20% from one tick,
-    # a 50 ms one by under 10%.  It also keeps the tuner's own work (search, builds) a small
-    # share of a tuning run: about 0.3 s of kernel runs per candidate.
+    # a 70 ms one by about 6%.  It also keeps the tuner's own work (search, builds, about
+    # 0.13 s per candidate on matmul 1024) under a quarter of a tuning run: about 0.45 s of
+    # kernel runs per candidate, still over 90 candidates a minute.
     number: int = 1
     repeat: int = 5
-    min_repeat_ms: float = 50.0
+    min_repeat_ms: float = 70.0
     flush_cache: bool = False
     timeout: float = 10.0
     slow_factor: float = 10.0
