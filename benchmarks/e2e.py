@@ -9,11 +9,14 @@ For each model (resnet18: batch 1, 3x224x224; bert_base_layer: batch 1, seq 128,
 it prints, as one JSON document: the number of tasks; the end-to-end latency built with the
 default schedules; for every budget (the model's total trials in the database, so budgets are
 reached one after the other and a stopped run continues where it was) the tuning time spent,
-the estimated and the measured latency built from the records, and their coverage; and the
-latency of onnxruntime on the same model (the same weights, exported from our graph to ONNX
-here, its output checked against ours) in the same run.  Both use ``--threads`` threads (2 by
-default): our target is ``llvm -num-cores N``, onnxruntime's session has
-``intra_op_num_threads=N``.  Latencies are medians of ``--repeat`` timed repeats.
+the estimated and the measured latency built from the records, and their coverage.  Each
+latency of ours (default schedules, each budget) is timed in alternating rounds with
+onnxruntime on the same model (the same weights, exported from our graph to ONNX here, its
+output checked against ours), so that the ratio (``default_vs_onnxruntime``,
+``tuned_vs_onnxruntime``) compares the two under the same machine load.  Both use
+``--threads`` threads (2 by default): our target is ``llvm -num-cores N``, onnxruntime's
+session has ``intra_op_num_threads=N``.  Latencies are medians of ``--repeat`` rounds of at
+least 0.2 s.
 
 The full run (4000 trials of resnet18) takes hours; progress lines go to standard error.
 """
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 
@@ -134,21 +136,17 @@ def onnxruntime_session(proto, threads: int):
                                 providers=["CPUExecutionProvider"])
 
 
-def median_ms(fn, repeat: int, min_seconds: float = 0.2, warmup: int = 3) -> float:
-    """Median milliseconds per call over ``repeat`` samples, each lasting ``min_seconds``."""
-    for _ in range(warmup):
-        fn()
-    start = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(1, int(min_seconds / once))
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - start) * 1e3 / number)
-    return statistics.median(samples)
+def side_by_side(ours, theirs, rounds: int, min_seconds: float = 0.2) -> dict:
+    """Our executor and onnxruntime timed in alternating rounds (a change in the machine's
+    load hits both alike): median milliseconds of each and their ratio (ours / theirs)."""
+    from benchmarks.common import interleaved_medians
+
+    times = interleaved_medians({"ours": ours, "onnxruntime": theirs}, rounds=rounds,
+                                min_seconds=min_seconds)
+    ours_ms = times["ours"]["median_s"] * 1e3
+    theirs_ms = times["onnxruntime"]["median_s"] * 1e3
+    return {"ours_ms": ours_ms, "onnxruntime_ms": theirs_ms,
+            "ratio": round(ours_ms / theirs_ms, 3)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,8 +176,9 @@ def bench_model(name: str, args) -> dict:
     theirs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
     out["onnxruntime_max_abs_diff"] = max(float(np.max(np.abs(ours[k] - theirs[k])))
                                           for k in ours)
-    out["default_ms"] = median_ms(lambda: default.run(feed), args.repeat)
-    out["onnxruntime_ms"] = median_ms(lambda: sess.run(None, feed), args.repeat)
+    both = side_by_side(lambda: default.run(feed), lambda: sess.run(None, feed), args.repeat)
+    out["default_ms"], out["onnxruntime_ms"] = both["ours_ms"], both["onnxruntime_ms"]
+    out["default_vs_onnxruntime"] = both["ratio"]
     out["budgets"] = []
 
     # 2. Each budget in turn (the model's total trials: resumable from the database).
@@ -199,16 +198,16 @@ def bench_model(name: str, args) -> dict:
                                          remeasure_top=1 if args.small else 3)
         tuned = build_model(model, target, database=args.db, warn=False)
         diff = max(float(np.max(np.abs(tuned.run(feed)[k] - ours[k]))) for k in ours)
+        both = side_by_side(lambda lib=tuned: lib.run(feed), lambda: sess.run(None, feed),
+                            args.repeat)
         out["budgets"].append({
             "trials": result.trials, "budget": budget, "trials_this_run": result.trials_run,
             "tuning_seconds": round(time.perf_counter() - start, 1),
             "stopped": result.stopped, "failed_tasks": [t.name for t in result.failed],
             "estimated_ms": result.estimated_latency * 1e3,
-            "tuned_ms": median_ms(lambda lib=tuned: lib.run(feed), args.repeat),
+            "tuned_ms": both["ours_ms"], "onnxruntime_ms": both["onnxruntime_ms"],
+            "tuned_vs_onnxruntime": both["ratio"],
             "coverage": tuned.report.coverage, "max_abs_diff_vs_default": diff})
-    # onnxruntime again after tuning: the machine's load may have changed meanwhile.
-    if out["budgets"]:
-        out["onnxruntime_ms_after"] = median_ms(lambda: sess.run(None, feed), args.repeat)
     return out
 
 
