@@ -103,9 +103,8 @@ class AddRFactor(ScheduleRule):
             variants.append("stream")
         out = [sch]
         for variant in variants:
-            done = try_on_copy(sch, lambda s: self._rfactor(s, block, first_reduce, variant,
-                                                           len(info.block.writes[0].region),
-                                                           reduce_extent))
+            done = try_on_copy(sch, lambda s, v=variant: self._rfactor(
+                s, block, first_reduce, v, len(info.block.writes[0].region), reduce_extent))
             if done is not None:
                 out.append(done)
         return out

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-import llvmlite.ir as ir
+from llvmlite import ir
 
 __all__ = ["FAST_FLOAT32", "emit"]
 
