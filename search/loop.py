@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -389,19 +390,7 @@ class TuningLoop:
             raise SearchError(f"heldout_accuracy: count must be an int >= 2, got {count!r}")
         if self.pool is None:
             raise SearchError("heldout_accuracy: run() the loop first (the model is untrained)")
-        import random
-
-        rng = random.Random(seed)
-        cands: list[SearchCandidate] = []
-        seen: set[str] = set()
-        for _ in range(8 * count):
-            if len(cands) >= count:
-                break
-            sc = self.pool.sample(rng, origin="heldout")
-            if sc is None or not self.pool.is_new(sc) or sc.program_hash in seen:
-                continue
-            seen.add(sc.program_hash)
-            cands.append(sc)
+        cands = self.pool.sample_new(random.Random(seed), count, origin="heldout")
         if len(cands) < 2:
             return {"accuracy": math.nan, "candidates": len(cands),
                     "trained_on": self._trained_rows}

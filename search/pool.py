@@ -148,6 +148,24 @@ class CandidatePool:
         self._remember(cand.trace.to_text(), sc)
         return sc
 
+    def sample_new(self, rng: random.Random, count: int, taken: set[str] | None = None,
+                   max_failures: int = 64, origin: str = "random") -> list[SearchCandidate]:
+        """Up to ``count`` fresh random programs, never measured and not in ``taken``
+        (program hashes, updated).  Gives up after ``max_failures`` samples in a row that
+        yield nothing new."""
+        taken = set() if taken is None else taken
+        out: list[SearchCandidate] = []
+        failures = 0
+        while len(out) < count and failures < max_failures:
+            cand = self.sample(rng, origin)
+            if cand is None or not self.is_new(cand) or cand.program_hash in taken:
+                failures += 1
+                continue
+            failures = 0
+            taken.add(cand.program_hash)
+            out.append(cand)
+        return out
+
     def replay(self, trace: Trace, origin: str = "mutant") -> SearchCandidate | None:
         """The program of a fully decided (possibly mutated) trace; None when a primitive or a
         verifier rejects it.  Cached by the trace's text."""

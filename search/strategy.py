@@ -78,18 +78,7 @@ class SearchStrategy(abc.ABC):
     def _random_new(self, count: int, taken: set[str], max_failures: int) -> list[SearchCandidate]:
         """Up to ``count`` fresh random programs, new and not in ``taken`` (program hashes,
         updated).  Gives up after ``max_failures`` samples in a row that yield nothing new."""
-        pool = self._require_pool()
-        out: list[SearchCandidate] = []
-        failures = 0
-        while len(out) < count and failures < max_failures:
-            cand = pool.sample(self.rng)
-            if cand is None or not pool.is_new(cand) or cand.program_hash in taken:
-                failures += 1
-                continue
-            failures = 0
-            taken.add(cand.program_hash)
-            out.append(cand)
-        return out
+        return self._require_pool().sample_new(self.rng, count, taken, max_failures)
 
     def best_measured(self, k: int) -> list[SearchCandidate]:
         """The ``k`` fastest successfully measured candidates (database elites included)."""

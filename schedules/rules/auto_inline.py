@@ -51,10 +51,11 @@ class AutoInline(ScheduleRule):
             return [sch]
         if not self.inline_padding and has_guarded_load(info.block):
             return [sch]
-        if (not writes_param(sch.func, info.block) and _calls_costly(info.block)
+        output = writes_param(sch.func, info.block)
+        if (not output and _calls_costly(info.block)
                 and len(tree.consumers(sch.func, block)) > 1):
             return [sch]
-        if writes_param(sch.func, info.block):
+        if output:
             if not self.into_producer:
                 return [sch]
             done = try_on_copy(sch, lambda s: s.reverse_compute_inline(s.get_block(block)))
