@@ -21,6 +21,7 @@ machine's noise).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -158,13 +159,8 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
                                 else MeasureConfig())
 
     # 2. Open what is ours to open (and close it, whatever happens).
-    db, own_db = open_database(database, "autotune.tune")
-    own_builder, own_runner = builder is None, runner is None
-    try:
-        if own_builder:
-            builder = LocalBuilder()
-        if own_runner:
-            runner = LocalRunner(config)
+    with measurement(database, builder, runner, config, "autotune.tune") as opened:
+        db, builder, runner = opened
         key = Workload(func).key
 
         def make_input(candidate: PrimFunc) -> MeasureInput:
@@ -180,13 +176,6 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         if heldout >= 2 and result.trials:
             out.model_heldout = loop.heldout_accuracy(heldout, seed=seed + 1)
         return out
-    finally:
-        if own_runner and runner is not None:
-            runner.close()
-        if own_builder and builder is not None:
-            builder.close()
-        if own_db:
-            db.close()
 
 
 def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasured, db,
@@ -214,6 +203,25 @@ def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasu
     gflops = result.flops / seconds / 1e9 if seconds > 0 else 0.0
     gbps = result.bytes / seconds / 1e9 if seconds > 0 else 0.0
     return TuneResult(schedule, trace, seconds, gflops, gbps, spread, **common)
+
+
+@contextlib.contextmanager
+def measurement(database, builder, runner, config: MeasureConfig, caller: str,
+                max_workers: int | None = None):
+    """(database, builder, runner) for a tuning call: those given are used as they are, the
+    others are opened here (open_database; a LocalBuilder of ``max_workers``; a LocalRunner
+    with ``config``) and closed on the way out, whatever happens."""
+    with contextlib.ExitStack() as stack:
+        db, own_db = open_database(database, caller)
+        if own_db:
+            stack.callback(db.close)
+        if builder is None:
+            builder = LocalBuilder(max_workers=max_workers)
+            stack.callback(builder.close)
+        if runner is None:
+            runner = LocalRunner(config)
+            stack.callback(runner.close)
+        yield db, builder, runner
 
 
 def open_database(database, caller: str):

@@ -46,9 +46,9 @@ from .executor import BuildReport
 from .frontends import load_model
 from .graph.ir import Model
 from .graph.tasks import extract_tasks
-from .measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
+from .measure import LocalRunner, MeasureConfig, MeasureInput
 from .report import ModelReport, TaskRow, format_report, refresh, store
-from .tune import TuneError, open_database
+from .tune import TuneError, measurement
 
 __all__ = ["CoverageError", "TuneModelResult", "model_tasks", "parse_duration", "tune_model"]
 
@@ -210,13 +210,9 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                                 else MeasureConfig())
 
     # 2. What is ours to open is closed at the end, whatever happens.
-    db, own_db = open_database(database, "tune_model")
-    own_builder, own_runner = builder is None, runner is None
-    try:
-        if own_builder:
-            builder = LocalBuilder(max_workers=num_workers)
-        if own_runner:
-            runner = LocalRunner(config)
+    with measurement(database, builder, runner, config, "tune_model",
+                     max_workers=num_workers) as opened:
+        db, builder, runner = opened
         index = {t.key: i for i, t in enumerate(tasks)}
 
         def make_loop(task: SchedulerTask) -> search.TuningLoop:
@@ -278,10 +274,3 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                 f"untuned: " + ", ".join(f.name for f in result.build_report.fallbacks),
                 result)
         return result
-    finally:
-        if own_runner and runner is not None:
-            runner.close()
-        if own_builder and builder is not None:
-            builder.close()
-        if own_db:
-            db.close()
