@@ -132,6 +132,18 @@ def _aligned_storage(nbytes: int) -> np.ndarray:
     return raw[offset:offset + nbytes]
 
 
+def _aligned_copy(array: np.ndarray) -> np.ndarray:
+    """``array`` in storage aligned like the planned buffers.  numpy's own allocations are
+    only 16-byte aligned, and a tuned kernel's 64-byte vector loads from such a weight split
+    across cache lines: the large matmuls of a BERT layer ran up to 1.5x slower on weights
+    left where numpy put them than on the aligned arrays they were tuned on."""
+    if array.ctypes.data % ALIGNMENT == 0:
+        return array
+    copy = _view(_aligned_storage(array.nbytes), TensorType(array.shape, str(array.dtype)))
+    copy[...] = array
+    return copy
+
+
 def _view(storage: np.ndarray, t: TensorType) -> np.ndarray:
     return storage[:t.nbytes].view(t.dtype).reshape(t.shape)
 
@@ -164,7 +176,7 @@ class Executor:
         self._storages = [_aligned_storage(n) for n in plan.sizes]
         arrays: dict[str, np.ndarray] = {}
         for name, array in model.constants.items():
-            arrays[name] = contiguous(array)
+            arrays[name] = _aligned_copy(contiguous(array))
         for value, sid in plan.storage.items():
             if value not in views:
                 arrays[value] = _view(self._storages[sid], model.types[value])

@@ -140,3 +140,15 @@ def test_build_from_database():
     inputs = random_inputs(model)
     np.testing.assert_allclose(lib.run(inputs)["output"], model.evaluate(inputs)["output"],
                                rtol=1e-4, atol=1e-5)
+
+
+def test_every_kernel_argument_is_64_byte_aligned(model, lib):
+    # Weights included: numpy leaves large arrays 16-byte aligned, and tuned kernels' wide
+    # vector loads from such a weight straddle cache lines (tuning measured aligned arrays).
+    misaligned = {name: a.ctypes.data % 64 for name, a in lib._arrays.items()
+                  if a.ctypes.data % 64}
+    assert not misaligned
+    assert lib.model.constants and set(lib.model.constants) <= set(lib._arrays)
+    out = lib.run(random_inputs(model, 3))["output"]
+    np.testing.assert_allclose(out, model.evaluate(random_inputs(model, 3))["output"],
+                               rtol=1e-4, atol=1e-5)
