@@ -26,14 +26,16 @@ each): the write-back level, and packed / not packed.  The block is annotated
 """
 from __future__ import annotations
 
+from tensor_ir.arith import linear_form
 from tensor_ir.stmt import REDUCE, SPATIAL
 from tensor_ir.target import Target
+from tensor_ir.visitor import uses_var
 
 from ..errors import ScheduleError
 from ..schedule import Schedule
 from . import ScheduleRule, try_on_copy
 from .analysis import (
-    block_info, has_data_reuse, is_elementwise_consumer, single_store,
+    block_info, has_data_reuse, is_elementwise_consumer, read_loads, single_store,
 )
 from .packing import PackPlan, plan_packing
 from .. import tree
@@ -85,36 +87,75 @@ class MultiLevelTiling(ScheduleRule):
         info = self.applicable(sch, block)
         if info is None:
             return [sch]
-        plans: list[PackPlan | None] = [None]
+        spatial = [k for k, kind in enumerate(info.loop_kinds) if kind == SPATIAL]
+        # (vectorised loop, packing plan): the innermost spatial loop, packed or not, and,
+        # when that loop vectorises badly, an outer one read through a packed operand.
+        variants: list[tuple[int, PackPlan | None]] = [(spatial[-1], None)]
         if self.pack:
-            plan = self._pack_plan(sch, info)
+            plan = self._pack_plan(sch, info, spatial[-1])
             if plan is not None:
-                plans.append(plan)
+                variants.append((spatial[-1], plan))
+            variants.extend(self._outer_vector_variants(sch, info, spatial))
         out = []
-        for plan in plans:
+        for vec, plan in variants:
             for level in self.write_levels:
-                done = try_on_copy(sch, lambda s: self._tile(s, block, info, level, plan))
+                done = try_on_copy(sch, lambda s: self._tile(s, block, info, level, plan, vec))
                 if done is not None:
                     out.append(done)
         return out or [sch]
 
-    def _pack_plan(self, sch: Schedule, info) -> PackPlan | None:
-        spatial = [k for k, kind in enumerate(info.loop_kinds) if kind == SPATIAL]
-        vec = spatial[-1]
+    def _width(self, extent: int) -> int:
+        return 2 * self.lanes if extent >= 2 * self.lanes else self.lanes
+
+    def _pack_plan(self, sch: Schedule, info, vec: int) -> PackPlan | None:
         extent = info.loops[vec].extent.value
-        width = 2 * self.lanes if extent >= 2 * self.lanes else self.lanes
+        width = self._width(extent)
         if extent < width or width < 2:
             return None
         return plan_packing(sch.func, info.block, info.loop_iters[vec].var, width)
 
+    def _outer_vector_variants(self, sch: Schedule, info, spatial: list[int]):
+        """Sketches vectorised over an outer spatial loop (the output channels of an NCHW
+        convolution) when the innermost one is a poor vector axis: its extent is not a whole
+        number of registers (7, 14, 28 or 56 pixels) or it walks an input with a stride
+        (a strided convolution gathers).  The operand indexed by the outer loop (the weights)
+        is packed so that each register-tile step loads one contiguous vector of it and
+        broadcasts one element of the other input."""
+        last = spatial[-1]
+        if self._vectorises_well(info, last):
+            return []
+        out = []
+        for k in reversed(spatial[:-1]):
+            extent = info.loops[k].extent.value
+            if extent % self.lanes or extent < self.lanes:
+                continue
+            plan = self._pack_plan(sch, info, k)
+            var = info.loop_iters[k].var
+            if plan is None or any(uses_var(i, var) for ld in read_loads(info.block)
+                                   if ld.buffer.name != plan.buffer for i in ld.indices):
+                continue  # the other inputs must be broadcast along the vector (not depthwise)
+            out.append((k, plan))
+            break
+        return out
+
+    def _vectorises_well(self, info, k: int) -> bool:
+        if info.loops[k].extent.value % self.lanes:
+            return False
+        var = info.loop_iters[k].var
+        for ld in read_loads(info.block):
+            for index in ld.indices:
+                if uses_var(index, var) and linear_form(index).coeff(var) not in (0, 1):
+                    return False
+        return True
+
     # -- the rule's instructions -----------------------------------------------------------
-    def _tile(self, sch: Schedule, block: str, info, level, plan: PackPlan | None) -> None:
+    def _tile(self, sch: Schedule, block: str, info, level, plan: PackPlan | None,
+              vec: int) -> None:
         b = sch.get_block(block)
         loops = sch.get_loops(b)
         kinds = info.loop_kinds
         n_s, n_r = self.structure.count("S"), self.structure.count("R")
         spatial = [k for k, kind in enumerate(kinds) if kind == SPATIAL]
-        vec = spatial[-1]
         parts: list[list] = []
         for k, (loop, kind) in enumerate(zip(loops, kinds)):
             n = n_s if kind == SPATIAL else n_r
@@ -134,6 +175,9 @@ class MultiLevelTiling(ScheduleRule):
         for letter in self.structure:
             if letter == "S":
                 group = [parts[k][s_seen] for k in range(len(kinds)) if kinds[k] == SPATIAL]
+                if s_seen == n_s - 1 and vec != spatial[-1]:
+                    # The register tile's vectorised level goes innermost.
+                    group.append(group.pop(spatial.index(vec)))
                 s_groups.append(group)
                 s_seen += 1
             else:
@@ -142,7 +186,10 @@ class MultiLevelTiling(ScheduleRule):
             order.extend(group)
         sch.reorder(*order)
         sch.annotate(b, TILING_KEY, self.structure)
-        if level is not None:
+        if vec != spatial[-1]:
+            self._write_transposed(sch, b, block, info, vec,
+                                   s_groups[(level or n_s - 1) - 1][-1])
+        elif level is not None:
             self._write(sch, b, block, s_groups[level - 1][-1])
         if plan is not None:
             sch.pack_layout(b, plan.buffer, plan.index_map())
@@ -164,3 +211,27 @@ class MultiLevelTiling(ScheduleRule):
                     pass
         write_back = sch.cache_write(b, 0, "local")
         sch.reverse_compute_at(write_back, at)
+
+    def _write_transposed(self, sch: Schedule, b, block: str, info, vec: int, at) -> None:
+        """Accumulate in a local buffer whose innermost dimension is the vectorised one (so the
+        register tile's accumulators are whole vectors), written back at loop ``at``; a single
+        elementwise consumer is folded into the write-back."""
+        store = single_store(info.block)
+        var = info.loop_iters[vec].var
+        dims = [d for d, e in enumerate(store.indices) if e is var]
+        if len(dims) != 1:
+            raise ScheduleError(f"MultiLevelTiling: {block} does not store along its "
+                                f"vectorised loop")
+        dim = dims[0]
+        users = tree.consumers(sch.func, block)
+        fold = len(users) == 1 and is_elementwise_consumer(
+            sch.func, tree.find_block(sch.func, users[0]).node.block, info.block)
+        write_back = sch.cache_write(b, 0, "local")
+        if dim != len(store.indices) - 1:
+            sch.transform_layout(b, 0, lambda *idx: idx[:dim] + idx[dim + 1:] + (idx[dim],))
+        sch.reverse_compute_at(write_back, at)
+        if fold:
+            try:
+                sch.reverse_compute_inline(sch.get_block(users[0]))
+            except ScheduleError:
+                pass  # a refused inline records nothing

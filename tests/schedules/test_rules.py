@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import autotune
+
 from schedules import Schedule, ScheduleError, Trace, tree
 from schedules.postproc import (
     POSTPROC_MARKER, DecomposeReductions, RewriteParallelVectorizeUnroll, VerifyCPU,
@@ -18,13 +20,16 @@ from schedules.rules.parallel_vectorize_unroll import (
 )
 from schedules.rules.random_compute_location import RandomComputeLocation
 from schedules.rules.rfactor import AddRFactor
+from schedules.space import DesignSpace
 from tensor_ir import interp, ops, te
 from tensor_ir.func import structural_equal
-from tensor_ir.stmt import PARALLEL, VECTORIZED, For
+from tensor_ir.stmt import PARALLEL, VECTORIZED, Block, For
 from tensor_ir.target import Target
 from tensor_ir.visitor import collect
 
-from .workloads import check_interp, conv2d, elementwise_chain, matmul, matmul_relu
+from .workloads import (
+    check_interp, conv2d, elementwise_chain, matmul, matmul_relu, random_inputs,
+)
 
 TARGET = Target("llvm -num-cores 2 -vector-width 512")
 
@@ -157,6 +162,79 @@ def test_pack_plans():
     blk = tree.find_block(conv, name).node.block
     spatial = [iv.var for iv in blk.iter_vars if iv.kind == "spatial"]
     assert plan_packing(conv, blk, spatial[-1], 16) is None  # the weight does not use x
+
+
+def _conv_bias_relu(stride: int, width: int, channels: int = 32):
+    """NCHW 3x3 convolution (padding 1) + per-channel bias + relu, as a model's fused task."""
+    X = te.placeholder((1, 8, width, width), "float32", name="X")
+    W = te.placeholder((channels, 8, 3, 3), "float32", name="W")
+    bias = te.placeholder((channels,), "float32", name="bias")
+    P = te.compute((1, 8, width + 2, width + 2), lambda b, c, y, x: te.if_then_else(
+        te.all(y >= 1, y <= width, x >= 1, x <= width), X[b, c, y - 1, x - 1], 0.0),
+        name="pad")
+    out = (width - 1) // stride + 1
+    rc, ry, rx = te.reduce_axis(8, "rc"), te.reduce_axis(3, "ry"), te.reduce_axis(3, "rx")
+    Y = te.compute((1, channels, out, out), lambda b, f, y, x: te.sum(
+        P[b, rc, y * stride + ry, x * stride + rx] * W[f, rc, ry, rx], axis=[rc, ry, rx]),
+        name="conv")
+    R = te.compute(Y.shape, lambda b, f, y, x: te.max(Y[b, f, y, x] + bias[f], 0.0),
+                   name="relu")
+    return te.create_prim_func([X, W, bias, R], name="conv_bias_relu")
+
+
+def _vector_loop_of(func, block: str):
+    loops = _loops(func, block)
+    return loops[-1].loop_var.name
+
+
+@pytest.mark.parametrize("stride, width", [(2, 9), (1, 7)])
+def test_multi_level_tiling_vectorises_output_channels_of_a_poor_pixel_axis(stride, width):
+    # A strided (gathering) or narrow (7 pixels) x loop is a poor vector axis: two more
+    # sketches tile the output channels innermost, through packed weights.
+    func = _conv_bias_relu(stride, width)
+    rule = _init(MultiLevelTiling())
+    out = rule.apply(Schedule(func, seed=2), "conv")
+    assert len(out) == 4  # two write levels x (x innermost | channels innermost, packed)
+    channel = [s for s in out if _vector_loop_of(s.func, "conv").startswith("f")]
+    assert len(channel) == 2
+    inputs = random_inputs(func, 0)
+    (expected,) = interp.evaluate(func, *inputs)
+    for sch in channel:
+        assert any(i.kind == "pack_layout" for i in sch.trace)
+        # Accumulators are whole vectors: the channel dimension of the local buffer is last.
+        local = [buf for blk in collect(sch.func.body, Block) for buf in blk.alloc_buffers
+                 if buf.name == "conv_local"]
+        assert local and local[0].const_shape[-1] == 32
+        # relu(+ bias) is folded into the write-back: no separate pass over the output.
+        assert "relu" not in _blocks(sch.func)
+        (got,) = interp.evaluate(sch.func, *inputs)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_multi_level_tiling_channel_sketches_sample_correct_programs():
+    func = _conv_bias_relu(2, 9)
+    space = DesignSpace(func, TARGET)
+    inputs = random_inputs(func, 1)
+    (expected,) = interp.evaluate(func, *inputs)
+    channel_sketches = 0
+    for k in range(len(space.sketches)):
+        cand = space.sample(seed=k, sketch=k)
+        if not _vector_loop_of(cand.func, "conv").startswith("f"):
+            continue
+        channel_sketches += 1
+        assert any(lp.kind == VECTORIZED for lp in _loops(cand.func, "conv"))
+        out = np.full(func.params[-1].const_shape, np.nan, np.float32)
+        autotune.build(cand.func, TARGET)(*inputs, out)
+        np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    assert channel_sketches == 2
+
+
+def test_multi_level_tiling_keeps_two_sketches_per_level_for_a_good_vector_axis():
+    # 1024-wide unit-stride columns vectorise well: no channel sketches for a matmul.
+    func = ops.matmul(64, 128, 1024)
+    out = _init(MultiLevelTiling()).apply(Schedule(func, seed=0), "C")
+    assert len(out) == 4
+    assert all(_vector_loop_of(s.func, "C").startswith("j") for s in out)
 
 
 # -- AddRFactor ----------------------------------------------------------------------------
