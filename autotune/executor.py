@@ -166,7 +166,8 @@ class Executor:
     """A model compiled for one target; see the module text."""
 
     def __init__(self, model: Model, steps: list[Step], plan: MemoryPlan,
-                 views: Mapping[str, str], report: BuildReport, target: str):
+                 views: Mapping[str, str], report: BuildReport, target: str,
+                 extra_constants: Mapping[str, np.ndarray] | None = None):
         self.model = model
         self.steps = steps
         self.plan = plan
@@ -176,6 +177,9 @@ class Executor:
         self._storages = [_aligned_storage(n) for n in plan.sizes]
         arrays: dict[str, np.ndarray] = {}
         for name, array in model.constants.items():
+            arrays[name] = _aligned_copy(contiguous(array))
+        # Weights the builder derived for its kernels (packed into a kernel's layout).
+        for name, array in (extra_constants or {}).items():
             arrays[name] = _aligned_copy(contiguous(array))
         for value, sid in plan.storage.items():
             if value not in views:

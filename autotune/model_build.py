@@ -22,6 +22,8 @@ import warnings
 from collections import OrderedDict
 from typing import Callable
 
+import numpy as np
+
 from tensor_ir.errors import BuildError, TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
@@ -33,6 +35,7 @@ from .graph.ir import Model
 from .graph.operators import VIEW
 from .graph.passes import plan_memory
 from .graph.tasks import partition
+from .prepack import split_packing
 
 __all__ = ["build_model", "default_schedule", "database_lookup", "DefaultScheduleWarning",
            "MissingRecordWarning", "clear_caches"]
@@ -148,14 +151,17 @@ def _compile(func: PrimFunc, target: Target, name: str):
 
 
 def build_model(model, target: str | Target | None = "llvm", database=None,
-                lookup: Lookup | None = None, seed: int = 0, warn: bool = True) -> Executor:
+                lookup: Lookup | None = None, seed: int = 0, warn: bool = True,
+                prepack: bool = True) -> Executor:
     """Compile ``model`` (a Model, or anything ``load_model`` takes) for ``target``.
 
     ``lookup(func) -> trace | None`` supplies tuning records (``apply_history_best`` passes
     one); ``database`` (a records.Database or a path) builds such a lookup; with neither, every
     function uses its default schedule (``seed`` picks it).  With a lookup, each function
     without a record is reported in one MissingRecordWarning.  The returned executor's
-    ``report`` says which functions used a record, weighted by their share of FLOPs."""
+    ``report`` says which functions used a record, weighted by their share of FLOPs.
+    ``prepack``: a schedule's packing of a weight into another layout is done once here (see
+    autotune.prepack) rather than in every call."""
     if not isinstance(model, Model):
         model = load_model(model)
     target = Target("llvm" if target is None else target)
@@ -167,6 +173,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
 
     # 1. Schedule and compile every structurally unique function once.
     kernels: dict[str, object] = {}
+    scheduled_funcs: dict[str, PrimFunc] = {}
     report = BuildReport(model.name, str(target))
     by_key: dict[str, FunctionReport] = {}
     for group in groups:
@@ -195,6 +202,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
                           DefaultScheduleWarning, stacklevel=2)
             scheduled, source = gf.func, "unscheduled"
         kernels[gf.key] = _compile(scheduled, target, f"{group.name}_{gf.key[:8]}")
+        scheduled_funcs[gf.key] = scheduled
         entry = by_key[gf.key] = FunctionReport(group.name, gf.key, 1, gf.flops, source)
         report.functions.append(entry)
     if lookup is not None and warn and report.fallbacks:
@@ -204,14 +212,41 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
                       f"schedules ({1 - report.coverage:.1%} of the FLOPs): {names}",
                       MissingRecordWarning, stacklevel=2)
 
-    # 2. Steps in topological order, views, memory.
+    # 2. Steps in topological order (weights packed for their kernels), views, memory.
     steps: list[Step] = []
+    packed: dict[str, np.ndarray] = {}
     views: dict[str, str] = {}
     for group in groups:
         if group.kind == VIEW:
             views[group.output] = group.inputs[0]
             continue
         gf = funcs[group.output]
-        steps.append(Step(group.name, kernels[gf.key], gf.params + [group.output], gf.key))
+        kernel, args = kernels[gf.key], gf.params + [group.output]
+        constant = frozenset(k for k, v in enumerate(gf.params) if v in optimized.constants)
+        if constant and prepack:
+            kernel, args = _prepacked(group.name, gf.key, scheduled_funcs[gf.key], constant,
+                                      args, optimized.constants, packed, target) or (kernel, args)
+        steps.append(Step(group.name, kernel, args, gf.key))
     plan = plan_memory(optimized, groups)
-    return Executor(optimized, steps, plan, views, report, str(target))
+    return Executor(optimized, steps, plan, views, report, str(target), extra_constants=packed)
+
+
+def _prepacked(name: str, key: str, scheduled: PrimFunc, constant: frozenset, args: list,
+               constants: dict, packed: dict, target: Target):
+    """(kernel, arguments) of a step whose packing of model weights (``constant``: indices of
+    its parameters that are weights) is done here, once, instead of in every call; None when
+    its schedule packs none of them.  ``packed`` collects the packed weights by name."""
+    main, packs = split_packing(scheduled, constant)
+    if not packs:
+        return None
+    args = list(args)
+    for p in packs:
+        pack_kernel = _compile(p.pack, target, f"{name}_{key[:8]}_pack{p.index}")
+        value = f"{args[p.index]}@{p.pack.structural_hash()[:16]}"
+        if value not in packed:
+            out_buf = p.pack.params[1]
+            out = np.empty(out_buf.const_shape, out_buf.dtype)
+            pack_kernel(np.ascontiguousarray(constants[args[p.index]]), out)
+            packed[value] = out
+        args[p.index] = value
+    return _compile(main, target, f"{name}_{key[:8]}_prepacked"), args
