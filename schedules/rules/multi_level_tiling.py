@@ -88,18 +88,27 @@ class MultiLevelTiling(ScheduleRule):
         if info is None:
             return [sch]
         spatial = [k for k, kind in enumerate(info.loop_kinds) if kind == SPATIAL]
-        # (vectorised loop, packing plan): the innermost spatial loop, packed or not, and,
-        # when that loop vectorises badly, an outer one read through a packed operand.
-        variants: list[tuple[int, PackPlan | None]] = [(spatial[-1], None)]
+        last = spatial[-1]
+        # (vectorised loop, packing plan, register-tile width): the innermost spatial loop,
+        # packed or not; the same with its register tile cut to half registers when its
+        # extent is no whole number of registers (56 pixels: 8 lanes rather than 14, 28 or
+        # 56, which split into odd pieces and spill once rows are unrolled); and, when the
+        # innermost loop vectorises badly, an outer one read through a packed operand.
+        variants: list[tuple[int, PackPlan | None, int | None]] = [(last, None, None)]
+        extent, half = info.loops[last].extent.value, self.lanes // 2
+        if extent % self.lanes and half >= 4 and extent % half == 0 and extent > half:
+            variants.append((last, None, half))
         if self.pack:
-            plan = self._pack_plan(sch, info, spatial[-1])
+            plan = self._pack_plan(sch, info, last)
             if plan is not None:
-                variants.append((spatial[-1], plan))
-            variants.extend(self._outer_vector_variants(sch, info, spatial))
+                variants.append((last, plan, plan.width))
+            variants.extend((k, p, p.width)
+                            for k, p in self._outer_vector_variants(sch, info, spatial))
         out = []
-        for vec, plan in variants:
+        for vec, plan, width in variants:
             for level in self.write_levels:
-                done = try_on_copy(sch, lambda s: self._tile(s, block, info, level, plan, vec))
+                done = try_on_copy(sch, lambda s: self._tile(s, block, info, level, plan, vec,
+                                                             width))
                 if done is not None:
                     out.append(done)
         return out or [sch]
@@ -150,7 +159,7 @@ class MultiLevelTiling(ScheduleRule):
 
     # -- the rule's instructions -----------------------------------------------------------
     def _tile(self, sch: Schedule, block: str, info, level, plan: PackPlan | None,
-              vec: int) -> None:
+              vec: int, width: int | None) -> None:
         b = sch.get_block(block)
         loops = sch.get_loops(b)
         kinds = info.loop_kinds
@@ -159,10 +168,10 @@ class MultiLevelTiling(ScheduleRule):
         parts: list[list] = []
         for k, (loop, kind) in enumerate(zip(loops, kinds)):
             n = n_s if kind == SPATIAL else n_r
-            if plan is not None and k == vec and n >= 2:
-                # The register tile's width is exactly one panel: split it off first, tile the
-                # panel index over the outer levels.
-                outer, lane = sch.split(loop, [None, plan.width])
+            if width is not None and k == vec and n >= 2:
+                # The register tile's width is fixed (one panel of a packed operand): split it
+                # off first, tile the rest over the outer levels.
+                outer, lane = sch.split(loop, [None, width])
                 tiles = sch.sample_perfect_tile(outer, n=n - 1,
                                                 max_innermost_factor=self.max_innermost_factor)
                 parts.append(sch.split(outer, tiles) + [lane] if n > 2 else [outer, lane])

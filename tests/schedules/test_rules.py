@@ -229,6 +229,25 @@ def test_multi_level_tiling_channel_sketches_sample_correct_programs():
     assert channel_sketches == 2
 
 
+def test_multi_level_tiling_half_register_tiles_for_a_depthwise_row():
+    # 24 pixels are no whole number of 16-lane registers: two more sketches fix the register
+    # tile's width at 8 lanes.  Depthwise reads the input along the channels too, so no
+    # channel-vectorised sketch is offered.
+    func = ops.depthwise_conv2d_nchw(1, 16, 6, 24, 3, 3, padding=1)
+    name = [n for n in _blocks(func) if "pad" not in n][0]
+    for seed in range(4):
+        out = _init(MultiLevelTiling()).apply(Schedule(func, seed=seed), name)
+        assert len(out) == 4
+        # Sketches come as (free width, half registers) x (write level 1, 2).
+        assert [_loops(s.func, name)[-1].extent.value for s in out[2:]] == [8, 8]
+    assert all(_vector_loop_of(s.func, name).startswith("x") for s in out)
+    inputs = random_inputs(func, 0)
+    (expected,) = interp.evaluate(func, *inputs)
+    for sch in out:
+        (got,) = interp.evaluate(sch.func, *inputs)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_multi_level_tiling_keeps_two_sketches_per_level_for_a_good_vector_axis():
     # 1024-wide unit-stride columns vectorise well: no channel sketches for a matmul.
     func = ops.matmul(64, 128, 1024)
