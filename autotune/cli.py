@@ -243,7 +243,8 @@ def _tune(argv) -> int:
     print(format_report(result.report))
     if args.report:
         _write_report_dir(args.report, [result.report])
-        print(f"report written to {args.report}/ (report.txt, report.json, curve.png)")
+        folder = os.path.join(args.report, "")  # one trailing separator, given or not
+        print(f"report written to {folder} (report.txt, report.json, curve.png)")
     if status == EXIT_COVERAGE:
         print(f"tune-model: {message}", file=sys.stderr)
         return status
