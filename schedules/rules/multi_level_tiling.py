@@ -113,12 +113,9 @@ class MultiLevelTiling(ScheduleRule):
                     out.append(done)
         return out or [sch]
 
-    def _width(self, extent: int) -> int:
-        return 2 * self.lanes if extent >= 2 * self.lanes else self.lanes
-
     def _pack_plan(self, sch: Schedule, info, vec: int) -> PackPlan | None:
         extent = info.loops[vec].extent.value
-        width = self._width(extent)
+        width = 2 * self.lanes if extent >= 2 * self.lanes else self.lanes
         if extent < width or width < 2:
             return None
         return plan_packing(sch.func, info.block, info.loop_iters[vec].var, width)
@@ -206,18 +203,14 @@ class MultiLevelTiling(ScheduleRule):
     def _write(self, sch: Schedule, b, block: str, at) -> None:
         """Fuse the single elementwise consumer at loop ``at``; otherwise accumulate in a
         local buffer whose write-back goes there."""
-        func = sch.func
-        users = tree.consumers(func, block)
-        if len(users) == 1:
-            producer = tree.find_block(func, block).node.block
-            consumer = tree.find_block(func, users[0]).node.block
-            if is_elementwise_consumer(func, consumer, producer):
-                # A refused fusion leaves only a get_block behind, which changes nothing.
-                try:
-                    sch.reverse_compute_at(sch.get_block(users[0]), at)
-                    return
-                except ScheduleError:
-                    pass
+        user = _elementwise_consumer(sch.func, block)
+        if user is not None:
+            # A refused fusion leaves only a get_block behind, which changes nothing.
+            try:
+                sch.reverse_compute_at(sch.get_block(user), at)
+                return
+            except ScheduleError:
+                pass
         write_back = sch.cache_write(b, 0, "local")
         sch.reverse_compute_at(write_back, at)
 
@@ -232,15 +225,23 @@ class MultiLevelTiling(ScheduleRule):
             raise ScheduleError(f"MultiLevelTiling: {block} does not store along its "
                                 f"vectorised loop")
         dim = dims[0]
-        users = tree.consumers(sch.func, block)
-        fold = len(users) == 1 and is_elementwise_consumer(
-            sch.func, tree.find_block(sch.func, users[0]).node.block, info.block)
+        user = _elementwise_consumer(sch.func, block)  # asked before the cache changes it
         write_back = sch.cache_write(b, 0, "local")
         if dim != len(store.indices) - 1:
             sch.transform_layout(b, 0, lambda *idx: idx[:dim] + idx[dim + 1:] + (idx[dim],))
         sch.reverse_compute_at(write_back, at)
-        if fold:
+        if user is not None:
             try:
-                sch.reverse_compute_inline(sch.get_block(users[0]))
+                sch.reverse_compute_inline(sch.get_block(user))
             except ScheduleError:
                 pass  # a refused inline records nothing
+
+
+def _elementwise_consumer(func, block: str) -> str | None:
+    """The name of ``block``'s only consumer when that consumer is elementwise in it."""
+    users = tree.consumers(func, block)
+    if len(users) != 1:
+        return None
+    producer = tree.find_block(func, block).node.block
+    consumer = tree.find_block(func, users[0]).node.block
+    return users[0] if is_elementwise_consumer(func, consumer, producer) else None
