@@ -139,7 +139,7 @@ def _aligned_copy(array: np.ndarray) -> np.ndarray:
     left where numpy put them than on the aligned arrays they were tuned on."""
     if array.ctypes.data % ALIGNMENT == 0:
         return array
-    copy = _view(_aligned_storage(array.nbytes), TensorType(array.shape, str(array.dtype)))
+    copy = _aligned_storage(array.nbytes).view(array.dtype).reshape(array.shape)
     copy[...] = array
     return copy
 
@@ -176,10 +176,9 @@ class Executor:
         self._lock = threading.Lock()
         self._storages = [_aligned_storage(n) for n in plan.sizes]
         arrays: dict[str, np.ndarray] = {}
-        for name, array in model.constants.items():
-            arrays[name] = _aligned_copy(contiguous(array))
-        # Weights the builder derived for its kernels (packed into a kernel's layout).
-        for name, array in (extra_constants or {}).items():
+        # The model's weights, and those the builder derived for its kernels (packed into a
+        # kernel's layout).
+        for name, array in {**model.constants, **(extra_constants or {})}.items():
             arrays[name] = _aligned_copy(contiguous(array))
         for value, sid in plan.storage.items():
             if value not in views:

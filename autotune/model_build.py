@@ -215,6 +215,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
     # 2. Steps in topological order (weights packed for their kernels), views, memory.
     steps: list[Step] = []
     packed: dict[str, np.ndarray] = {}
+    splits: dict[tuple, tuple] = {}
     views: dict[str, str] = {}
     for group in groups:
         if group.kind == VIEW:
@@ -224,29 +225,41 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
         kernel, args = kernels[gf.key], gf.params + [group.output]
         constant = frozenset(k for k, v in enumerate(gf.params) if v in optimized.constants)
         if constant and prepack:
-            kernel, args = _prepacked(group.name, gf.key, scheduled_funcs[gf.key], constant,
-                                      args, optimized.constants, packed, target) or (kernel, args)
+            split = splits.get((gf.key, constant))
+            if split is None:
+                split = splits[gf.key, constant] = _split_packing(
+                    group.name, gf.key, scheduled_funcs[gf.key], constant, target)
+            if split[1]:
+                kernel, args = split[0], _packed_args(args, split[1], optimized.constants,
+                                                      packed)
         steps.append(Step(group.name, kernel, args, gf.key))
     plan = plan_memory(optimized, groups)
     return Executor(optimized, steps, plan, views, report, str(target), extra_constants=packed)
 
 
-def _prepacked(name: str, key: str, scheduled: PrimFunc, constant: frozenset, args: list,
-               constants: dict, packed: dict, target: Target):
-    """(kernel, arguments) of a step whose packing of model weights (``constant``: indices of
-    its parameters that are weights) is done here, once, instead of in every call; None when
-    its schedule packs none of them.  ``packed`` collects the packed weights by name."""
+def _split_packing(name: str, key: str, scheduled: PrimFunc, constant: frozenset,
+                   target: Target):
+    """(main kernel, [(parameter index, packing kernel, packed value suffix)]) for a function
+    whose packing of model weights (``constant``: indices of its parameters that are weights)
+    is done once at build instead of in every call; (None, []) when it packs none of them."""
     main, packs = split_packing(scheduled, constant)
     if not packs:
-        return None
+        return None, []
+    kernels = [(p.index, _compile(p.pack, target, f"{name}_{key[:8]}_pack{p.index}"),
+                p.pack.structural_hash()[:16]) for p in packs]
+    return _compile(main, target, f"{name}_{key[:8]}_prepacked"), kernels
+
+
+def _packed_args(args: list, packs, constants: dict, packed: dict) -> list:
+    """``args`` with each packed weight replaced by its packed copy, computed into ``packed``
+    the first time (a weight shared by two calls with the same packing is packed once)."""
     args = list(args)
-    for p in packs:
-        pack_kernel = _compile(p.pack, target, f"{name}_{key[:8]}_pack{p.index}")
-        value = f"{args[p.index]}@{p.pack.structural_hash()[:16]}"
+    for index, pack_kernel, suffix in packs:
+        value = f"{args[index]}@{suffix}"
         if value not in packed:
-            out_buf = p.pack.params[1]
-            out = np.empty(out_buf.const_shape, out_buf.dtype)
-            pack_kernel(np.ascontiguousarray(constants[args[p.index]]), out)
+            spec = pack_kernel.params[1]  # the packed buffer
+            out = np.empty(spec.shape, spec.dtype)
+            pack_kernel(np.ascontiguousarray(constants[args[index]]), out)
             packed[value] = out
-        args[p.index] = value
-    return _compile(main, target, f"{name}_{key[:8]}_prepacked"), args
+        args[index] = value
+    return args

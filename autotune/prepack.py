@@ -100,8 +100,6 @@ def split_packing(func: PrimFunc, constant_params) -> tuple[PrimFunc, list[Packe
     # The original parameter must have no other reader: the main function will not get it.
     rest = [item for pos, item in enumerate(items) if pos not in found]
     read_elsewhere = {ld.buffer for item in rest for ld in collect(item, BufferLoad)}
-    for realize in (r for item in rest for r in collect(item, BlockRealize)):
-        read_elsewhere.update(region.buffer for region in realize.block.reads)
     found = {pos: hit for pos, hit in found.items()
              if func.params[hit[0]] not in read_elsewhere}
     if not found:
