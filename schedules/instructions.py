@@ -158,9 +158,29 @@ def _format_annotate(inst) -> str:
 
 register(InstructionKind("annotate", _apply_annotate, formatter=_format_annotate))
 _simple("unannotate", positional_attrs=("key",))
-_simple("sample_perfect_tile", LIST, keyword_attrs=("n", "max_innermost_factor"),
-        is_sampling=True,
-        call=lambda sch, i, a, d: sch.sample_perfect_tile(i[0], decision=d, **a))
+def _format_sample_perfect_tile(inst) -> str:
+    args = [_input_text(inst.inputs[0])]
+    attrs = dict(inst.attrs)
+    for key in ("n", "max_innermost_factor", "inner_budget", "inner_levels"):
+        if key in attrs:
+            args.append(f"{key}={py_literal(attrs.pop(key))}")
+    if len(inst.inputs) > 1:  # the budget's earlier factors
+        args.append("budget_used=[" + ", ".join(_input_text(v) for v in inst.inputs[1:]) + "]")
+    args.extend(f"{k}={py_literal(attrs[k])}" for k in sorted(attrs))
+    if inst.decision is not None:
+        args.append(f"decision={py_literal(inst.decision)}")
+    call = f"sch.sample_perfect_tile({', '.join(args)})"
+    outs = list(inst.outputs)
+    if not outs:
+        return f"_ = {call}"
+    return f"[{outs[0]}] = {call}" if len(outs) == 1 else f"{', '.join(outs)} = {call}"
+
+
+register(InstructionKind(
+    "sample_perfect_tile",
+    lambda sch, i, a, d: sch.sample_perfect_tile(i[0], decision=d, budget_used=list(i[1:]),
+                                                 **a),
+    LIST, is_sampling=True, formatter=_format_sample_perfect_tile))
 _simple("sample_categorical", ONE, keyword_attrs=("candidates", "probs"), is_sampling=True,
         call=lambda sch, i, a, d: sch.sample_categorical(list(a["candidates"]),
                                                          list(a["probs"]), decision=d))

@@ -43,12 +43,19 @@ def _divisors(n: int) -> list[int]:
 
 
 def sample_perfect_tile(rng: random.Random, extent: int, n: int, max_innermost_factor: int = 16,
-                        decision=None, where: str = "loop") -> list[int]:
+                        decision=None, where: str = "loop", inner_budget: int | None = None,
+                        inner_levels: int = 1, budget_used: int = 1) -> list[int]:
     """``n`` positive factors whose product is ``extent``, innermost at most
     ``max_innermost_factor`` (-1: unbounded).
 
+    ``inner_budget`` (optional) bounds a tile shared by several loops: the product of the
+    ``inner_levels`` innermost factors times ``budget_used`` (what the loops sampled before
+    this one already take of it) stays within it.  Multi-level tiling bounds its
+    accumulator tile this way, so that it fits the vector registers.
+
     Sampling: the innermost factor is drawn uniformly from the divisors of ``extent`` within the
-    bound, then each prime factor of the rest goes to one of the outer positions uniformly.
+    bounds, then each prime factor of the rest goes to one of the outer positions uniformly
+    (positions inside the budget only while it holds).
     """
     check(isinstance(n, int) and n >= 1, f"sample_perfect_tile on {where}: n must be >= 1, got "
                                          f"{n!r}")
@@ -58,6 +65,16 @@ def sample_perfect_tile(rng: random.Random, extent: int, n: int, max_innermost_f
           f"{max_innermost_factor!r}")
     check(extent >= 1, f"sample_perfect_tile on {where}: extent {extent} is not positive")
     bound = extent if max_innermost_factor == -1 else max_innermost_factor
+    budget = None
+    if inner_budget is not None:
+        check(isinstance(inner_budget, int) and inner_budget >= 1 and
+              isinstance(inner_levels, int) and 0 <= inner_levels <= n,
+              f"sample_perfect_tile on {where}: inner_budget {inner_budget!r} must be a "
+              f"positive int and inner_levels {inner_levels!r} in [0, {n}]")
+        # What is left of the budget for this loop's inner levels.
+        budget = inner_budget // max(1, budget_used)
+        check(budget >= 1, f"sample_perfect_tile on {where}: the loops before it already "
+                           f"take {budget_used} of inner_budget {inner_budget}")
     if decision is not None:
         factors = list(decision)
         check(len(factors) == n and all(isinstance(f, int) and not isinstance(f, bool) and f >= 1
@@ -69,14 +86,34 @@ def sample_perfect_tile(rng: random.Random, extent: int, n: int, max_innermost_f
         check(factors[-1] <= bound,
               f"sample_perfect_tile on {where}: innermost factor {factors[-1]} of decision "
               f"{factors} exceeds max_innermost_factor {max_innermost_factor}")
+        if budget is not None and inner_levels:
+            inner = math.prod(factors[n - inner_levels:])
+            check(inner <= budget,
+                  f"sample_perfect_tile on {where}: the inner {inner_levels} factors of "
+                  f"decision {factors} multiply to {inner}, over the {budget} left of "
+                  f"inner_budget {inner_budget}")
         return [int(f) for f in factors]
     if n == 1:
+        check(budget is None or not inner_levels or extent <= budget,
+              f"sample_perfect_tile on {where}: extent {extent} is over the {budget} left of "
+              f"inner_budget {inner_budget}")
         return [extent]
-    inner = rng.choice([d for d in _divisors(extent) if d <= bound])
+    first_inner = n - inner_levels if budget is not None else n
+    if first_inner < n:
+        bound = min(bound, budget)
+    divisors = [d for d in _divisors(extent) if d <= bound]
+    inner = rng.choice(divisors)
     factors = [1] * n
     factors[-1] = inner
     for p in prime_factors(extent // inner):
-        factors[rng.randrange(n - 1)] *= p
+        k = rng.randrange(n - 1)
+        if k >= first_inner and math.prod(factors[first_inner:]) * p > budget:
+            # Over the budget: the prime goes to a level outside it instead.
+            check(first_inner > 0, f"sample_perfect_tile on {where}: extent {extent} does "
+                                   f"not fit the {budget} left of inner_budget "
+                                   f"{inner_budget}")
+            k = rng.randrange(first_inner)
+        factors[k] *= p
     return factors
 
 

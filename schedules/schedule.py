@@ -13,6 +13,7 @@ trace and the handles exactly as they were.
 """
 from __future__ import annotations
 
+import math
 import random
 
 from tensor_ir.expr import Var
@@ -267,21 +268,34 @@ class Schedule:
 
     # -- sampling ------------------------------------------------------------------------------
     def sample_perfect_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,
-                            decision=None) -> list[ExprRV]:
+                            decision=None, inner_budget: int | None = None,
+                            inner_levels: int = 1, budget_used=()) -> list[ExprRV]:
         """``n`` factors of ``loop``'s extent (product == extent, innermost at most
-        ``max_innermost_factor``), as sampled ints usable as split factors."""
+        ``max_innermost_factor``), as sampled ints usable as split factors.
+
+        ``inner_budget`` bounds a tile several loops share (a register tile): the product
+        of this loop's ``inner_levels`` innermost factors times the values in
+        ``budget_used`` (sampled factors of loops tiled before, or ints) stays within it."""
         var = self._loop(loop, "sample_perfect_tile")
         extent = sampling.loop_extent(self._func, var, "sample_perfect_tile")
+        used = list(budget_used)
+        for u in used:
+            check(isinstance(u, ExprRV) or (isinstance(u, int) and not isinstance(u, bool)),
+                  f"sample_perfect_tile: budget_used takes sampled factors or ints, got {u!r}")
         state = self.rng.getstate()
         try:
-            factors = sampling.sample_perfect_tile(self.rng, extent, n, max_innermost_factor,
-                                                   decision, where=f"loop {var.name}")
+            factors = sampling.sample_perfect_tile(
+                self.rng, extent, n, max_innermost_factor, decision, where=f"loop {var.name}",
+                inner_budget=inner_budget, inner_levels=inner_levels,
+                budget_used=math.prod(int(u) for u in used))
         except ScheduleError:
             self.rng.setstate(state)
             raise
         out = [self._fresh(ExprRV, f) for f in factors]
-        self._commit(None, "sample_perfect_tile", [loop],
-                     {"n": n, "max_innermost_factor": max_innermost_factor}, out, factors)
+        attrs = {"n": n, "max_innermost_factor": max_innermost_factor}
+        if inner_budget is not None:
+            attrs.update(inner_budget=inner_budget, inner_levels=inner_levels)
+        self._commit(None, "sample_perfect_tile", [loop] + used, attrs, out, factors)
         return out
 
     def sample_categorical(self, candidates, probs, decision=None) -> ExprRV:

@@ -41,6 +41,9 @@ from .packing import PackPlan, plan_packing
 from .. import tree
 
 TILING_KEY = "meta_schedule.tiling_structure"
+# Reductions of at most this many iterations per output (pooling and depthwise windows) get
+# their accumulator tile bounded by the vector register file.
+SHORT_REDUCTION = 32
 
 
 class MultiLevelTiling(ScheduleRule):
@@ -62,9 +65,18 @@ class MultiLevelTiling(ScheduleRule):
         self.write_levels = tuple(lv for lv in write_levels if 1 <= lv < n_s) or (None,)
         self.pack = pack
         self.lanes = 16
+        self.register_elements = 32 * 16
 
     def initialize(self, target: Target) -> None:
         self.lanes = max(1, target.vector_lanes("float32"))
+        # AVX-512 (and AArch64) have 32 vector registers, AVX2 and SSE 16.  A GPU thread's
+        # registers are another matter (its rules bound them by thread count): no budget.
+        if target.is_cpu:
+            registers = 32 if (target.vector_bits or 0) >= 512 or target.triple.startswith(
+                "aarch64") else 16
+            self.register_elements = registers * self.lanes
+        else:
+            self.register_elements = None
 
     # -- applicability ---------------------------------------------------------------------
     def applicable(self, sch: Schedule, block: str):
@@ -162,20 +174,44 @@ class MultiLevelTiling(ScheduleRule):
         kinds = info.loop_kinds
         n_s, n_r = self.structure.count("S"), self.structure.count("R")
         spatial = [k for k, kind in enumerate(kinds) if kind == SPATIAL]
-        parts: list[list] = []
-        for k, (loop, kind) in enumerate(zip(loops, kinds)):
+        # A short reduction (a 3x3 window) cannot amortise accumulators kept in memory: the
+        # accumulator tile -- the S levels inside the write-back -- must fit the vector
+        # registers.  Each spatial loop's inner factors are sampled within what the loops
+        # sampled before it left of that budget, innermost loop first: the loops that walk
+        # memory contiguously get the first claim on the registers.
+        acc_levels = n_s - (level or n_s - 1)
+        budget = (self.register_elements if info.extent_product(REDUCE) <= SHORT_REDUCTION
+                  and n_s >= 2 and self.register_elements else None)
+        # Factors (sampled handles or ints) already in the accumulator tile; a fixed register
+        # width is in it from the start, whichever loop carries it.
+        used: list = [width] if width is not None else []
+
+        def sample(loop, n, levels):
+            if budget is None:
+                return sch.sample_perfect_tile(loop, n=n,
+                                               max_innermost_factor=self.max_innermost_factor)
+            tiles = sch.sample_perfect_tile(loop, n=n,
+                                            max_innermost_factor=self.max_innermost_factor,
+                                            inner_budget=budget, inner_levels=levels,
+                                            budget_used=list(used))
+            used.extend(tiles[n - levels:])
+            return tiles
+
+        parts: dict[int, list] = {}
+        for k in (range(len(loops) - 1, -1, -1) if budget is not None else range(len(loops))):
+            loop, kind = loops[k], kinds[k]
             n = n_s if kind == SPATIAL else n_r
             if width is not None and k == vec and n >= 2:
                 # The register tile's width is fixed (one panel of a packed operand): split it
                 # off first, tile the rest over the outer levels.
                 outer, lane = sch.split(loop, [None, width])
-                tiles = sch.sample_perfect_tile(outer, n=n - 1,
-                                                max_innermost_factor=self.max_innermost_factor)
-                parts.append(sch.split(outer, tiles) + [lane] if n > 2 else [outer, lane])
+                tiles = sample(outer, n - 1, acc_levels - 1)
+                parts[k] = sch.split(outer, tiles) + [lane] if n > 2 else [outer, lane]
                 continue
-            tiles = sch.sample_perfect_tile(loop, n=n,
-                                            max_innermost_factor=self.max_innermost_factor)
-            parts.append(sch.split(loop, tiles) if n > 1 else [loop])
+            tiles = (sample(loop, n, acc_levels) if kind == SPATIAL and n >= 2 else
+                     sch.sample_perfect_tile(loop, n=n,
+                                             max_innermost_factor=self.max_innermost_factor))
+            parts[k] = sch.split(loop, tiles) if n > 1 else [loop]
         # Interleave: the k-th S letter takes level k of every spatial loop, likewise for R.
         order, s_seen, r_seen, s_groups = [], 0, 0, []
         for letter in self.structure:

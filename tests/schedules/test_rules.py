@@ -248,6 +248,44 @@ def test_multi_level_tiling_half_register_tiles_for_a_depthwise_row():
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def _accumulator_tiles(trace, n_s=4):
+    """Per spatial loop of a short-reduction MLT trace: the product of its factors inside the
+    accumulator tile (as the sample instructions' budget attributes say)."""
+    out = []
+    for inst in trace:
+        if inst.kind == "sample_perfect_tile" and "inner_budget" in inst.attrs:
+            levels = inst.attrs["inner_levels"]
+            out.append(int(np.prod(inst.decision[len(inst.decision) - levels:])))
+    return out
+
+
+def test_multi_level_tiling_bounds_the_accumulator_of_a_short_reduction():
+    # A 3x3 window cannot amortise accumulators in memory: every sample's accumulator tile
+    # (write-back levels, fixed register width included) fits the 32 x 16-lane registers.
+    func = ops.depthwise_conv2d_nchw(1, 144, 14, 56, 3, 3, padding=1)
+    space = DesignSpace(func, TARGET)
+    assert len(space.sketches) == 4
+    inputs = random_inputs(func, 0)
+    (expected,) = interp.evaluate(func, *inputs)
+    for seed in range(24):
+        cand = space.sample(seed=seed)
+        tiles = _accumulator_tiles(cand.trace)
+        assert len(tiles) == 4  # n, c, y, x
+        widths = [inst.inputs[2] for inst in cand.trace if inst.kind == "split"
+                  and len(inst.inputs) == 3 and inst.inputs[1] is None]
+        assert int(np.prod(tiles)) * int(np.prod(widths or [1])) <= 32 * 16
+        # Innermost loop first: x is sampled before c.
+        order = [inst.inputs[0] for inst in cand.trace if inst.kind == "sample_perfect_tile"
+                 and "inner_budget" in inst.attrs]
+        assert order[0] != order[-1]
+        if seed < 3:
+            (got,) = interp.evaluate(cand.func, *inputs)
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    # A long reduction keeps its tiles free.
+    mm = DesignSpace(ops.matmul(64, 128, 1024), TARGET).sample(seed=0)
+    assert _accumulator_tiles(mm.trace) == []
+
+
 def test_multi_level_tiling_keeps_two_sketches_per_level_for_a_good_vector_axis():
     # 1024-wide unit-stride columns vectorise well: no channel sketches for a matmul.
     func = ops.matmul(64, 128, 1024)

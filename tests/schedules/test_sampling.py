@@ -59,6 +59,53 @@ def test_perfect_tile_errors():
     assert sch.rng.getstate() == state
 
 
+def test_perfect_tile_inner_budget_draws():
+    rng = random.Random(1)
+    for _ in range(200):
+        f = sampling.sample_perfect_tile(rng, 144, 4, 64, inner_budget=48, inner_levels=2,
+                                         budget_used=3)
+        assert math.prod(f) == 144 and f[-1] * f[-2] * 3 <= 48
+    # Nothing of the budget left but 1: the inner levels are all 1.
+    f = sampling.sample_perfect_tile(rng, 56, 3, 64, inner_budget=8, inner_levels=2,
+                                     budget_used=8)
+    assert f[1:] == [1, 1] and f[0] == 56
+    with pytest.raises(ScheduleError, match="already take"):
+        sampling.sample_perfect_tile(rng, 56, 3, 64, inner_budget=8, budget_used=16)
+    with pytest.raises(ScheduleError, match="over the 4 left"):
+        sampling.sample_perfect_tile(rng, 56, 3, 64, decision=[7, 2, 4], inner_budget=8,
+                                     inner_levels=2, budget_used=2)
+    with pytest.raises(ScheduleError, match="does not fit"):
+        sampling.sample_perfect_tile(rng, 56, 2, 64, inner_budget=4, inner_levels=2)
+
+
+def test_perfect_tile_budget_shared_through_the_trace():
+    """The second loop's inner factors see the first's through the trace's inputs, in
+    sampling, in replay and in the printed Python."""
+    func, ref = matmul(16, 24, 8)
+    sch = Schedule(func, seed=3)
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    tj = sch.sample_perfect_tile(j, n=3, max_innermost_factor=64, inner_budget=16,
+                                 inner_levels=2, budget_used=[2])
+    ti = sch.sample_perfect_tile(i, n=3, max_innermost_factor=64, inner_budget=16,
+                                 inner_levels=2, budget_used=[2] + list(tj[1:]))
+    assert 2 * math.prod(int(x) for x in tj[1:]) * math.prod(int(x) for x in ti[1:]) <= 16
+    inst = sch.trace[-1]
+    assert inst.attrs == {"n": 3, "max_innermost_factor": 64, "inner_budget": 16,
+                          "inner_levels": 2}
+    assert len(inst.inputs) == 4 and inst.inputs[1] == 2
+    text = str(sch.trace)
+    assert "budget_used=[2, " in text
+    sch.split(i, ti)
+    sch.split(j, tj)
+    check_interp(sch.func, ref)
+    assert_roundtrip(sch, func)
+    # A decision that breaks the shared budget does not replay.
+    bad = sch.trace.with_decision(len(sch.trace) - 3, [1, 2, 8])
+    bad = Trace(bad.instructions[:len(sch.trace) - 2])
+    with pytest.raises(ScheduleError, match="inner_budget"):
+        bad.apply(func)
+
+
 def test_categorical():
     sch = Schedule(matmul()[0], seed=1)
     draws = [int(sch.sample_categorical([1, 2, 3], [0.0, 1.0, 0.0])) for _ in range(10)]

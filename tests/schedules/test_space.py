@@ -3,6 +3,8 @@ programs that match numpy (interpreter and LLVM), traces round-trip through JSON
 reproducible, and the matmul space can express the hand-written benchmark schedule."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -147,11 +149,14 @@ def test_mutated_decisions_replay():
     func, _ = _fused_matmul_bias_relu()
     space = DesignSpace(func, TARGET)
     cand = space.sample(0)
-    index = next(k for k, inst in enumerate(cand.trace) if inst.kind == "sample_perfect_tile")
-    mutated = cand.trace.with_decision(index, [1, 1, 1, 24])  # the rows of C: extent 24
+    # The rows of C (extent 24).  The 20-long reduction is short, so the tiles share an
+    # accumulator budget: the new decision keeps the rows out of it.
+    index = next(k for k, inst in enumerate(cand.trace) if inst.kind == "sample_perfect_tile"
+                 and math.prod(inst.decision) == 24)
+    mutated = cand.trace.with_decision(index, [2, 12, 1, 1])
     out = space.replay(mutated)
     assert out is not None
-    assert out.trace[index].decision == (1, 1, 1, 24)
+    assert out.trace[index].decision == (2, 12, 1, 1)
     # An impossible decision is refused, not raised.
     assert space.replay(cand.trace.with_decision(index, [5, 1, 1, 1])) is None
     # A dropped decision is sampled afresh.
@@ -263,13 +268,14 @@ def test_matmul_space_expresses_the_benchmark_schedule():
     for name in ("C_local", "C_init"):
         inner = tree.find_block(final, name).loops
         assert inner[0] is loops[0] and inner[-1].kind == VECTORIZED
-    # And the same decisions on a small matmul compute the right thing.
-    small = registry.get("matmul").func(dict(M=64, N=64, K=48))
+    # And the same decisions on a small matmul compute the right thing (a reduction long
+    # enough that the accumulator tile is not bounded by the registers).
+    small = registry.get("matmul").func(dict(M=64, N=64, K=96))
     small_space = DesignSpace(small, TARGET)
     index = [i for i, s in enumerate(small_space.sketches)
              if any(inst.kind == "pack_layout" for inst in s) and _write_back_level(s) == 1][0]
-    cand = small_space.replay(_hand_structure_decisions(small_space.sketches[index], 64, 64, 48))
+    cand = small_space.replay(_hand_structure_decisions(small_space.sketches[index], 64, 64, 96))
     rng = np.random.default_rng(0)
-    a = rng.uniform(-1, 1, (64, 48)).astype("float32")
-    b = rng.uniform(-1, 1, (48, 64)).astype("float32")
+    a = rng.uniform(-1, 1, (64, 96)).astype("float32")
+    b = rng.uniform(-1, 1, (96, 64)).astype("float32")
     np.testing.assert_allclose(_run_llvm(cand.func, [a, b]), a @ b, rtol=1e-4, atol=1e-4)
