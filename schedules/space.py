@@ -101,17 +101,28 @@ class DesignSpace:
         return f"DesignSpace({self.func.name}, {self.target}, {len(self.sketches)} sketches)"
 
     # -- sampling ----------------------------------------------------------------------------
-    def sample(self, seed: int | random.Random | None = None, sketch: int | None = None
-               ) -> Candidate:
-        """A valid program sampled from sketch ``sketch`` (default: a random one).  Raises
-        ScheduleError when ``max_tries`` replays all fail."""
+    def sample(self, seed: int | random.Random | None = None, sketch: int | None = None,
+               weights: Sequence[float] | None = None) -> Candidate:
+        """A valid program sampled from sketch ``sketch`` (default: a random one, drawn by
+        ``weights`` -- one per sketch -- when given, else uniformly).  Raises ScheduleError
+        when ``max_tries`` replays all fail."""
         rng = seed if isinstance(seed, random.Random) else random.Random(seed)
         if sketch is not None and not 0 <= sketch < len(self.sketches):
             raise ScheduleError(f"sample: no sketch {sketch}; the space of {self.func.name} "
                                 f"has {len(self.sketches)}")
+        if weights is not None:
+            weights = [float(w) for w in weights]
+            if len(weights) != len(self.sketches) or min(weights) < 0 or sum(weights) <= 0:
+                raise ScheduleError(f"sample: weights must be {len(self.sketches)} numbers "
+                                    f">= 0, not all 0; got {weights}")
         last = "no attempt"
         for _ in range(self.max_tries):
-            index = sketch if sketch is not None else rng.randrange(len(self.sketches))
+            if sketch is not None:
+                index = sketch
+            elif weights is not None:
+                index = rng.choices(range(len(self.sketches)), weights=weights)[0]
+            else:
+                index = rng.randrange(len(self.sketches))
             sub_seed = rng.getrandbits(63)
             try:
                 cand = self._replay(self.sketches[index], sub_seed, index)
@@ -123,6 +134,13 @@ class DesignSpace:
             last = f"sketch {index}: rejected by a post-processor"
         raise ScheduleError(f"could not sample a valid program of {self.func.name} in "
                             f"{self.max_tries} tries; last failure: {last}")
+
+    def sketch_of(self, trace: Trace) -> int | None:
+        """The index of the sketch a decided (possibly mutated) trace was sampled from; None
+        for a trace of no sketch of this space (a hand-written one)."""
+        if not hasattr(self, "_sketch_index"):
+            self._sketch_index = {sk.to_text(): k for k, sk in enumerate(self.sketches)}
+        return self._sketch_index.get(strip_postproc(trace).without_decisions().to_text())
 
     def sample_many(self, count: int, seed: int | None = None) -> list[Candidate]:
         rng = random.Random(seed)

@@ -31,6 +31,10 @@ from .strategy import SearchError, SearchStrategy, register
 
 __all__ = ["EvolutionarySearch"]
 
+# Least weight of a sketch in fresh random draws, however slow its programs measured: the
+# model may have met only its poor corners.
+SKETCH_WEIGHT_FLOOR = 0.05
+
 
 class EvolutionarySearch(SearchStrategy):
     """Options (keywords): ``seed``; ``population`` (default 3x the batch); ``generations``;
@@ -76,6 +80,7 @@ class EvolutionarySearch(SearchStrategy):
         self.mutator_weights = dict(DEFAULT_WEIGHTS if mutator_weights is None
                                     else mutator_weights)
         self.max_failures = max_failures
+        self._sketch_cache: dict[str, int | None] = {}  # final trace hash -> sketch index
         # Unmeasured candidates carried between batches, by program hash (insertion order is
         # part of the search's determinism).
         self.population: dict[str, SearchCandidate] = {}
@@ -147,6 +152,35 @@ class EvolutionarySearch(SearchStrategy):
         for c in batch:
             self.population.pop(c.program_hash, None)
         return batch
+
+    def _random_new(self, count: int, taken: set[str], max_failures: int) -> list[SearchCandidate]:
+        pool = self._require_pool()
+        return pool.sample_new(self.rng, count, taken, max_failures,
+                               weights=self._sketch_weights())
+
+    def _sketch_weights(self) -> list[float] | None:
+        """Fresh samples favour the sketches whose measured programs are fast: weight
+        (best time / sketch's best time)^2, floored at SKETCH_WEIGHT_FLOOR; a sketch with
+        nothing measured yet keeps weight 1.  A space whose sketches differ in kind (scalar,
+        whole-register, half-register, packed) often has one or two worth sampling, and a
+        short run cannot spend half its random draws on the others."""
+        space = self._require_pool().space
+        if len(space.sketches) < 2:
+            return None
+        best: dict[int, float] = {}
+        for c in self.measured:
+            if c.seconds is None or not math.isfinite(c.seconds):
+                continue
+            k = self._sketch_cache.get(c.trace_hash, -2)
+            if k == -2:
+                k = self._sketch_cache[c.trace_hash] = space.sketch_of(c.final_trace)
+            if k is not None:
+                best[k] = min(best.get(k, math.inf), c.seconds)
+        if not best:
+            return None
+        fastest = min(best.values())
+        return [max(SKETCH_WEIGHT_FLOOR, (fastest / best[k]) ** 2) if k in best else 1.0
+                for k in range(len(space.sketches))]
 
     def _mutate(self, parents: list[SearchCandidate], count: int) -> list[SearchCandidate]:
         """Up to ``count`` new children of parents drawn by rank of predicted score."""

@@ -136,11 +136,13 @@ class CandidatePool:
             self._by_program[program] = sc
         return sc
 
-    def sample(self, rng: random.Random, origin: str = "random") -> SearchCandidate | None:
-        """A fresh random program of the space, or None when the space gives none."""
+    def sample(self, rng: random.Random, origin: str = "random",
+               weights: Sequence[float] | None = None) -> SearchCandidate | None:
+        """A fresh random program of the space (its sketch drawn by ``weights`` when given),
+        or None when the space gives none."""
         self.sampled += 1
         try:
-            cand = self.space.sample(rng)
+            cand = self.space.sample(rng, weights=weights)
         except (ScheduleError, TensorIRError):
             self.rejected += 1
             return None
@@ -149,7 +151,8 @@ class CandidatePool:
         return sc
 
     def sample_new(self, rng: random.Random, count: int, taken: set[str] | None = None,
-                   max_failures: int = 64, origin: str = "random") -> list[SearchCandidate]:
+                   max_failures: int = 64, origin: str = "random",
+                   weights: Sequence[float] | None = None) -> list[SearchCandidate]:
         """Up to ``count`` fresh random programs, never measured and not in ``taken``
         (program hashes, updated).  Gives up after ``max_failures`` samples in a row that
         yield nothing new."""
@@ -157,7 +160,7 @@ class CandidatePool:
         out: list[SearchCandidate] = []
         failures = 0
         while len(out) < count and failures < max_failures:
-            cand = self.sample(rng, origin)
+            cand = self.sample(rng, origin, weights)
             if cand is None or not self.is_new(cand) or cand.program_hash in taken:
                 failures += 1
                 continue

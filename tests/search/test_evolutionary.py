@@ -141,6 +141,31 @@ def test_evolutionary_batches_mix_mutants_and_random(space, runner):
     assert loop.strategy.stats["mutants_kept"] > 0
 
 
+def test_fresh_samples_favour_the_sketches_that_measured_fast(space, runner):
+    loop, _ = run_search(space, runner, "evolutionary", seed=2, trials=16)
+    strategy = loop.strategy
+    assert len(space.sketches) >= 2
+    # Rewrite what was measured: sketch 0's programs 4x slower than the rest.
+    best = {}
+    for c in strategy.measured:
+        k = space.sketch_of(c.final_trace)
+        assert k is not None
+        c.seconds = 4e-3 if k == 0 else 1e-3
+        best[k] = c.seconds
+    weights = strategy._sketch_weights()
+    assert len(weights) == len(space.sketches)
+    for k, w in enumerate(weights):
+        expected = 1.0 if k not in best else max(search.evolutionary.SKETCH_WEIGHT_FLOOR,
+                                                  (1e-3 / best[k]) ** 2)
+        assert w == pytest.approx(expected)
+    if 0 in best:
+        assert weights[0] == pytest.approx(1 / 16)
+        drawn = [space.sketch_of(c.trace) for c in strategy._random_new(64, set(), 64)]
+        assert drawn.count(0) < len(drawn) / len(space.sketches)
+    # Random search, the comparison baseline, keeps drawing uniformly.
+    assert not hasattr(search.create("random", seed=0), "_sketch_weights")
+
+
 def test_propose_only_new_distinct_programs(space, runner):
     loop, result = run_search(space, runner, "evolutionary", seed=1, trials=24)
     strategy = loop.strategy
