@@ -20,8 +20,11 @@ vectorised axis and a reduction axis (B of a matmul) is also read through a copy
 panels as wide as the register tile (see rules/packing.py); the vectorised loop is then split
 by the panel width first so that the register tile's width is exactly one panel.
 
-Tile sizes are ``sample_perfect_tile`` decisions.  Sketch-level alternatives (one schedule
-each): the write-back level, and packed / not packed.  The block is annotated
+Tile sizes are ``sample_perfect_tile`` decisions.  For a short reduction (a 3x3 depthwise
+or pooling window, at most SHORT_REDUCTION iterations) the accumulator tile -- the levels
+inside the write-back -- is sampled within the vector register file, innermost loop first:
+such a block cannot amortise accumulators that live in memory.  Sketch-level alternatives
+(one schedule each): the write-back level, and packed / not packed.  The block is annotated
 ``meta_schedule.tiling_structure`` so later rules leave it alone.
 """
 from __future__ import annotations
