@@ -370,17 +370,12 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
 
     def steps(self, s) -> int:
         """Leaf statements executed by ``s`` when every constant loop in it is unrolled
-        (a huge number when a loop has a non-constant extent).  A vectorized loop counts
-        as its body once: its lanes become one vector statement, not copies -- as TVM
-        unrolls after vectorizing -- so an auto-unroll step of 64 covers a 3x8 nest of
-        8-lane accumulators, which must be unrolled for them to live in registers."""
+        (a huge number when a loop has a non-constant extent)."""
         key = id(s)
         if key in self._steps:
             return self._steps[key][1]
         if isinstance(s, SeqStmt):
             n = sum(self.steps(x) for x in s.stmts)
-        elif isinstance(s, For) and s.kind == VECTORIZED and isinstance(s.extent, IntImm):
-            n = self.steps(s.body)
         elif isinstance(s, For):
             n = (s.extent.value * self.steps(s.body) if isinstance(s.extent, IntImm)
                  else 1 << 40)

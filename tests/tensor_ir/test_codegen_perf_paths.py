@@ -318,24 +318,3 @@ def test_llvm_options_default_and_environment_override(monkeypatch):
     assert compile_mod.llvm_options() == ("-a=1", "-b=2")
     monkeypatch.setenv(compile_mod.LLVM_OPTIONS_ENV, "")
     assert compile_mod.llvm_options() == ()
-
-
-def test_auto_unroll_counts_a_vectorized_loop_as_one_step():
-    # for i in 8 [auto-unroll 16]: for j in vectorized(8): B[i, j] = A[i, j] * 2.  The lanes
-    # become one vector statement, so the nest is 8 steps and unrolls within 16 (counting
-    # lanes, 64 steps, it stayed a loop and register accumulators of such nests spilled).
-    A = decl_buffer((8, 8), "float32", "A")
-    B = decl_buffer((8, 8), "float32", "B")
-    i, j = Var("i"), Var("j")
-    inner = loop(j, 8, BufferStore(B, A[i, j] * f32(2), (i, j)), kind="vectorized")
-
-    def nest(step):
-        return For(i, IntImm(0), IntImm(8), "serial", inner, None,
-                   (("pragma_auto_unroll_max_step", step),))
-
-    a = np.arange(64, dtype=np.float32).reshape(8, 8)
-    for step, unrolled in ((16, True), (4, False)):
-        b = np.zeros((8, 8), np.float32)
-        compiled = run(lowered([A, B], nest(step)), a, b)
-        np.testing.assert_array_equal(b, a * 2)
-        assert ("i.head" not in compiled.source_ir) == unrolled
