@@ -48,7 +48,8 @@ class InstructionKind:
     ``apply(sch, inputs, attrs, decision)`` calls the Schedule method and returns its result.
     ``positional_attrs`` print (in order) as positional arguments after the inputs; other
     attributes print as keywords in ``keyword_attrs`` order.  ``list_inputs_from`` > 0 prints
-    the inputs from that position on as one list argument (split's factors).
+    the inputs from that position on as one list argument (split's factors), passed as
+    keyword ``list_inputs_keyword`` when that is set (and left out when empty).
     """
 
     name: str
@@ -58,16 +59,20 @@ class InstructionKind:
     positional_attrs: tuple = ()
     keyword_attrs: tuple = ()
     list_inputs_from: int = 0
+    list_inputs_keyword: str = ""
     method: str = ""
     formatter: Callable | None = None
 
     def as_python(self, inst) -> str:
         if self.formatter is not None:
             return self.formatter(inst)
+        listed = ""
         if self.list_inputs_from:
-            head = [_input_text(v) for v in inst.inputs[:self.list_inputs_from]]
-            tail = "[" + ", ".join(_input_text(v) for v in inst.inputs[self.list_inputs_from:])
-            args = head + [tail + "]"]
+            args = [_input_text(v) for v in inst.inputs[:self.list_inputs_from]]
+            listed = "[" + ", ".join(_input_text(v) for v in
+                                     inst.inputs[self.list_inputs_from:]) + "]"
+            if not self.list_inputs_keyword:
+                args.append(listed)
         else:
             args = [_input_text(v) for v in inst.inputs]
         attrs = dict(inst.attrs)
@@ -79,6 +84,8 @@ class InstructionKind:
                 args.append(f"{key}={py_literal(attrs.pop(key))}")
         for key in sorted(attrs):
             args.append(f"{key}={py_literal(attrs[key])}")
+        if self.list_inputs_keyword and listed != "[]":
+            args.append(f"{self.list_inputs_keyword}={listed}")
         if self.is_sampling and inst.decision is not None:
             args.append(f"decision={py_literal(inst.decision)}")
         call = f"sch.{self.method or self.name}({', '.join(args)})"
@@ -120,7 +127,8 @@ def kinds() -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 def _simple(name: str, returns: str = NONE, positional_attrs=(), keyword_attrs=(),
-            call=None, is_sampling=False, list_inputs_from=0) -> InstructionKind:
+            call=None, is_sampling=False, list_inputs_from=0,
+            list_inputs_keyword="") -> InstructionKind:
     def apply(sch, inputs, attrs, decision):
         if call is not None:
             return call(sch, inputs, attrs, decision)
@@ -128,7 +136,8 @@ def _simple(name: str, returns: str = NONE, positional_attrs=(), keyword_attrs=(
         return getattr(sch, name)(*args, **attrs)
 
     return register(InstructionKind(name, apply, returns, is_sampling, tuple(positional_attrs),
-                                    tuple(keyword_attrs), list_inputs_from))
+                                    tuple(keyword_attrs), list_inputs_from,
+                                    list_inputs_keyword))
 
 
 _simple("get_block", ONE, positional_attrs=("name",))
@@ -158,29 +167,11 @@ def _format_annotate(inst) -> str:
 
 register(InstructionKind("annotate", _apply_annotate, formatter=_format_annotate))
 _simple("unannotate", positional_attrs=("key",))
-def _format_sample_perfect_tile(inst) -> str:
-    args = [_input_text(inst.inputs[0])]
-    attrs = dict(inst.attrs)
-    for key in ("n", "max_innermost_factor", "inner_budget", "inner_levels"):
-        if key in attrs:
-            args.append(f"{key}={py_literal(attrs.pop(key))}")
-    if len(inst.inputs) > 1:  # the budget's earlier factors
-        args.append("budget_used=[" + ", ".join(_input_text(v) for v in inst.inputs[1:]) + "]")
-    args.extend(f"{k}={py_literal(attrs[k])}" for k in sorted(attrs))
-    if inst.decision is not None:
-        args.append(f"decision={py_literal(inst.decision)}")
-    call = f"sch.sample_perfect_tile({', '.join(args)})"
-    outs = list(inst.outputs)
-    if not outs:
-        return f"_ = {call}"
-    return f"[{outs[0]}] = {call}" if len(outs) == 1 else f"{', '.join(outs)} = {call}"
-
-
-register(InstructionKind(
-    "sample_perfect_tile",
-    lambda sch, i, a, d: sch.sample_perfect_tile(i[0], decision=d, budget_used=list(i[1:]),
-                                                 **a),
-    LIST, is_sampling=True, formatter=_format_sample_perfect_tile))
+_simple("sample_perfect_tile", LIST,
+        keyword_attrs=("n", "max_innermost_factor", "inner_budget", "inner_levels"),
+        is_sampling=True, list_inputs_from=1, list_inputs_keyword="budget_used",
+        call=lambda sch, i, a, d: sch.sample_perfect_tile(i[0], decision=d,
+                                                          budget_used=list(i[1:]), **a))
 _simple("sample_categorical", ONE, keyword_attrs=("candidates", "probs"), is_sampling=True,
         call=lambda sch, i, a, d: sch.sample_categorical(list(a["candidates"]),
                                                          list(a["probs"]), decision=d))

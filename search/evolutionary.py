@@ -171,9 +171,9 @@ class EvolutionarySearch(SearchStrategy):
         for c in self.measured:
             if c.seconds is None or not math.isfinite(c.seconds):
                 continue
-            k = self._sketch_cache.get(c.trace_hash, -2)
-            if k == -2:
-                k = self._sketch_cache[c.trace_hash] = space.sketch_of(c.final_trace)
+            if c.trace_hash not in self._sketch_cache:
+                self._sketch_cache[c.trace_hash] = space.sketch_of(c.final_trace)
+            k = self._sketch_cache[c.trace_hash]
             if k is not None:
                 best[k] = min(best.get(k, math.inf), c.seconds)
         if not best:

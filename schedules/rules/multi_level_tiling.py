@@ -189,8 +189,9 @@ class MultiLevelTiling(ScheduleRule):
         # width is in it from the start, whichever loop carries it.
         used: list = [width] if width is not None else []
 
-        def sample(loop, n, levels):
-            if budget is None:
+        def sample(loop, n, levels=None):
+            """Tile ``loop`` in ``n``; ``levels`` inner ones in the accumulator budget."""
+            if budget is None or levels is None:
                 return sch.sample_perfect_tile(loop, n=n,
                                                max_innermost_factor=self.max_innermost_factor)
             tiles = sch.sample_perfect_tile(loop, n=n,
@@ -211,9 +212,7 @@ class MultiLevelTiling(ScheduleRule):
                 tiles = sample(outer, n - 1, acc_levels - 1)
                 parts[k] = sch.split(outer, tiles) + [lane] if n > 2 else [outer, lane]
                 continue
-            tiles = (sample(loop, n, acc_levels) if kind == SPATIAL and n >= 2 else
-                     sch.sample_perfect_tile(loop, n=n,
-                                             max_innermost_factor=self.max_innermost_factor))
+            tiles = sample(loop, n, acc_levels if kind == SPATIAL and n >= 2 else None)
             parts[k] = sch.split(loop, tiles) if n > 1 else [loop]
         # Interleave: the k-th S letter takes level k of every spatial loop, likewise for R.
         order, s_seen, r_seen, s_groups = [], 0, 0, []
