@@ -53,6 +53,15 @@ def parse_target(target: str | Target | None) -> tuple[LLVMTarget, int]:
     return LLVMTarget(mtriple=t.triple, mcpu=t.cpu, mattr=",".join(t.mattr)), t.num_cores
 
 
+def codegen_options(target: str | Target | None) -> tuple[LLVMTarget, CodegenOptions]:
+    """The LLVM machine and the code generator's options (threads, vector width) for
+    ``target``."""
+    t = Target("llvm" if target is None else target)
+    llvm_target, num_cores = parse_target(t)
+    return llvm_target, CodegenOptions(num_threads=num_cores, triple=llvm_target.triple,
+                                       vector_bits=t.vector_bits or 0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Kernel
 # ---------------------------------------------------------------------------------------------
@@ -238,9 +247,8 @@ def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None
 
 def _compile(func: PrimFunc, target, name: str | None):
     """Lower (unless lowered), generate and compile: (lowered func, options, CompiledModule)."""
-    llvm_target, num_cores = parse_target(target)
+    llvm_target, options = codegen_options(target)
     lowered = lower(func)
-    options = CodegenOptions(num_threads=num_cores, triple=llvm_target.triple)
     return lowered, options, compile_module(codegen(lowered, name, options), llvm_target)
 
 

@@ -72,12 +72,11 @@ def _ms(seconds: float) -> float:
 
 def build_phases(cands: dict, target: str = "llvm -num-cores 2") -> dict:
     """Thread CPU time per build phase, per workload (median and mean over candidates)."""
-    from autotune.build import parse_target
-    from tensor_ir.codegen import CodegenOptions, codegen, compile_module
+    from autotune.build import codegen_options
+    from tensor_ir.codegen import codegen, compile_module
     from tensor_ir.lower import lower
 
-    llvm_target, cores = parse_target(target)
-    options = CodegenOptions(num_threads=cores, triple=llvm_target.triple)
+    llvm_target, options = codegen_options(target)
     clock = time.thread_time
     out = {}
     for name, funcs in cands.items():

@@ -62,11 +62,14 @@ class CodegenOptions:
     """What the IR generator needs to know about the target.
 
     ``num_threads`` is passed to GOMP_parallel (0: the OpenMP default, all cores);
-    ``triple`` is written into the module (empty: left for the compile step to fill in).
+    ``triple`` is written into the module (empty: left for the compile step to fill in);
+    ``vector_bits`` is the width of the target's vector registers (0: unknown), which a
+    vectorized loop wider than one register is cut into (see ``VectorMixin.vector_loop``).
     """
 
     num_threads: int = 0
     triple: str = ""
+    vector_bits: int = 0
 
 
 @dataclass

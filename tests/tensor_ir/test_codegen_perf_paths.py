@@ -141,6 +141,78 @@ def test_constant_conditions_emit_only_the_chosen_side():
 
 
 # ---------------------------------------------------------------------------------------------
+# vectorized loops wider than a register
+# ---------------------------------------------------------------------------------------------
+
+def _depthwise_register_tile(width: int, rows: int):
+    """Depthwise 3x3 (pad 1) on 2 channels of 4 x ``width``, with a register-level
+    accumulator tile of ``rows`` x the whole row, vectorized along the row."""
+    from schedules.schedule import Schedule
+    from tensor_ir import ops
+
+    func = ops.depthwise_conv2d_nchw(1, 2, 4, width, 3, 3, padding=1)
+    sch = Schedule(func)
+    conv = sch.get_block("depthwise_conv2d_nchw")
+    acc = sch.cache_write(conv, 0, "local")
+    n, c, y, x, ry, rx = sch.get_loops(conv)
+    yo, yi = sch.split(y, [None, rows])
+    sch.reorder(n, c, yo, ry, rx, yi, x)
+    sch.vectorize(x)
+    sch.unroll(yi)
+    sch.reverse_compute_at(acc, yo)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    sch.compute_at(sch.get_block("pad_data"), c)
+    sch.vectorize(sch.get_loops(sch.get_block("pad_data"))[-1])
+    return func, sch.mod
+
+
+@pytest.mark.parametrize("width, vector_bits, lanes", [
+    (56, 512, 16), (56, 256, 8), (28, 256, 8), (24, 512, 16), (13, 128, 4), (32, 256, None),
+    (56, 0, None),
+])
+def test_wide_vector_loops_are_cut_into_register_vectors(width, vector_bits, lanes):
+    # Register-sized pieces where the width is not a power of two (``lanes``), one wide
+    # vector where it is or where the target's vector width is unknown (None); the results
+    # match the unscheduled nest either way.
+    import re
+
+    from tensor_ir.lower import lower
+
+    naive, scheduled = _depthwise_register_tile(width, rows=2)
+    rng = np.random.default_rng(width)
+    data = rng.standard_normal((1, 2, 4, width)).astype(np.float32)
+    weight = rng.standard_normal((2, 1, 3, 3)).astype(np.float32)
+    expected = np.empty((1, 2, 4, width), np.float32)
+    autotune.build(naive, "llvm")(data, weight, expected)
+    out = np.full_like(expected, np.nan)
+    compiled = compile_module(codegen(lower(scheduled),
+                                      options=CodegenOptions(vector_bits=vector_bits)))
+    jit = compiled.jit()
+    proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 3))
+    proto(jit.function_address(scheduled.name))(data.ctypes.data, weight.ctypes.data,
+                                                 out.ctypes.data)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    float_widths = {int(w) for w in re.findall(r"<(\d+) x float>", compiled.source_ir)}
+    if lanes is None:
+        assert width in float_widths
+    else:
+        assert max(float_widths) == lanes
+        assert width % lanes == 0 or width % lanes in float_widths  # the remainder piece
+
+
+def test_register_lanes_follow_the_widest_element():
+    from tensor_ir.codegen.llvm import CodeGenLLVM
+    from tensor_ir.expr import cast as cast_expr
+
+    a = decl_buffer((48,), "float64", "a")
+    b = decl_buffer((48,), "float32", "b")
+    i = Var("i")
+    body = loop(i, 48, BufferStore(b, cast_expr("float32", a[i]), (i,)), kind="vectorized")
+    gen = CodeGenLLVM(CodegenOptions(vector_bits=256))
+    assert gen.register_lanes(body) == 4  # four doubles per 256-bit register
+
+
+# ---------------------------------------------------------------------------------------------
 # masked evaluation of lane-varying selects
 # ---------------------------------------------------------------------------------------------
 
