@@ -67,16 +67,9 @@ class VectorMixin:
             self.emit_loop(s.loop_var, begin, end, lambda: self.stmt(s.body))
             return
         ty = value_type(s.loop_var.dtype)
-        step = ir.Constant(ir.VectorType(ty, lanes), list(range(lanes)))
         begin = self.index_value(s.min, s.loop_var.dtype)
-
-        def body(base: ir.Value) -> None:
-            lanes_value = self.int_op("+", self.broadcast(base, lanes), step, nsw=True)
-            with self._vector_mode(lanes, s.loop_var, lanes_value, base):
-                self.stmt(s.body)
-
         if lanes == extent:
-            body(begin)
+            self._vector_body(s, lanes, begin)
             return
         # A loop over chunks of ``lanes`` iterations; chunk c starts at begin + c * lanes.
         chunk = Var(f"{s.loop_var.name}.chunk", s.loop_var.dtype)
@@ -86,7 +79,7 @@ class VectorMixin:
             c = self.var_value(chunk)
             start = self.int_op("+", begin, self.int_op("*", c, ir.Constant(ty, lanes),
                                                         nsw=True), nsw=True)
-            body(start)
+            self._vector_body(s, lanes, start)
 
         self.emit_loop(chunk, zero, ir.Constant(ty, extent // lanes), chunk_body)
 
@@ -118,12 +111,16 @@ class VectorMixin:
         ty = value_type(s.loop_var.dtype)
         begin = self.index_value(s.min, s.loop_var.dtype)
         for offset in range(0, extent, lanes):
-            n = min(lanes, extent - offset)
             start = self.int_op("+", begin, ir.Constant(ty, offset), nsw=True)
-            step = ir.Constant(ir.VectorType(ty, n), list(range(n)))
-            value = self.int_op("+", self.broadcast(start, n), step, nsw=True)
-            with self._vector_mode(n, s.loop_var, value, start):
-                self.stmt(s.body)
+            self._vector_body(s, min(lanes, extent - offset), start)
+
+    def _vector_body(self, s: For, lanes: int, base: ir.Value) -> None:
+        """The body of ``s`` once, on the iterations ``base .. base + lanes - 1``."""
+        ty = value_type(s.loop_var.dtype)
+        step = ir.Constant(ir.VectorType(ty, lanes), list(range(lanes)))
+        value = self.int_op("+", self.broadcast(base, lanes), step, nsw=True)
+        with self._vector_mode(lanes, s.loop_var, value, base):
+            self.stmt(s.body)
 
     @contextmanager
     def _vector_mode(self, lanes: int, var: Var, value: ir.Value, base: ir.Value):
