@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 
 import numpy as np
 import pytest
@@ -13,13 +14,16 @@ from hypothesis import strategies as st
 
 import autotune
 from autotune.build import build_object
+from schedules.schedule import Schedule
+from tensor_ir import ops
 from tensor_ir.buffer import decl_buffer
 from tensor_ir.codegen import CodegenOptions, codegen, compile_module
 from tensor_ir.codegen import compile as compile_mod
-from tensor_ir.codegen.llvm import fold_int
+from tensor_ir.codegen.llvm import CodeGenLLVM, fold_int
 from tensor_ir.errors import BuildError
 from tensor_ir.expr import FloatImm, IntImm, Var, binary, cast, compare, select
 from tensor_ir.func import PrimFunc
+from tensor_ir.lower import lower
 from tensor_ir.stmt import BufferStore, For, IfThenElse, seq
 
 
@@ -147,9 +151,6 @@ def test_constant_conditions_emit_only_the_chosen_side():
 def _depthwise_register_tile(width: int, rows: int):
     """Depthwise 3x3 (pad 1) on 2 channels of 4 x ``width``, with a register-level
     accumulator tile of ``rows`` x the whole row, vectorized along the row."""
-    from schedules.schedule import Schedule
-    from tensor_ir import ops
-
     func = ops.depthwise_conv2d_nchw(1, 2, 4, width, 3, 3, padding=1)
     sch = Schedule(func)
     conv = sch.get_block("depthwise_conv2d_nchw")
@@ -174,10 +175,6 @@ def test_wide_vector_loops_are_cut_into_register_vectors(width, vector_bits, lan
     # Register-sized pieces where the width is not a power of two (``lanes``), one wide
     # vector where it is or where the target's vector width is unknown (None); the results
     # match the unscheduled nest either way.
-    import re
-
-    from tensor_ir.lower import lower
-
     naive, scheduled = _depthwise_register_tile(width, rows=2)
     rng = np.random.default_rng(width)
     data = rng.standard_normal((1, 2, 4, width)).astype(np.float32)
@@ -201,13 +198,10 @@ def test_wide_vector_loops_are_cut_into_register_vectors(width, vector_bits, lan
 
 
 def test_register_lanes_follow_the_widest_element():
-    from tensor_ir.codegen.llvm import CodeGenLLVM
-    from tensor_ir.expr import cast as cast_expr
-
     a = decl_buffer((48,), "float64", "a")
     b = decl_buffer((48,), "float32", "b")
     i = Var("i")
-    body = loop(i, 48, BufferStore(b, cast_expr("float32", a[i]), (i,)), kind="vectorized")
+    body = loop(i, 48, BufferStore(b, cast("float32", a[i]), (i,)), kind="vectorized")
     gen = CodeGenLLVM(CodegenOptions(vector_bits=256))
     assert gen.register_lanes(body) == 4  # four doubles per 256-bit register
 
