@@ -56,10 +56,13 @@ class VectorMixin:
     def vector_loop(self, s: For, extent: int) -> None:
         from .llvm import MAX_LANES
 
-        native = self.register_lanes(s)
-        if native < extent <= MAX_LANES and extent & (extent - 1):
-            self._register_chunks(s, extent, native)
-            return
+        # Only a width that is not a power of two is cut (checked first: the lane count walks
+        # the body, and unrolled nests emit the same loop many times).
+        if extent <= MAX_LANES and extent & (extent - 1):
+            native = self.register_lanes(s)
+            if native < extent:
+                self._register_chunks(s, extent, native)
+                return
         lanes = choose_lanes(extent, MAX_LANES)
         if lanes == 1:
             begin = self.index_value(s.min, s.loop_var.dtype)
