@@ -13,9 +13,16 @@ For each workload it prints (one JSON document on stdout; progress lines go to s
                              depthwise conv2d)
     numpy_gflops             numpy in the same process (matmul, dense), OPENBLAS_CORETYPE and
                              OPENBLAS_L2_SIZE unset so it runs its best kernel
-    naive_ms, speedup_vs_naive_after_first   the unscheduled loop nest, built and measured
-                             with the same runner, and the speed-up after the first trial
-                             count (the ">= 3x after 64 trials" check)
+    naive_ms, speedup_vs_naive_after_first   the unscheduled loop nest and the speed-up of
+                             the best program of the first N trials (N the smallest trial
+                             count: the ">= 3x after 64 trials" check) over it, both from
+                             side_by_side
+    side_by_side             after tuning, the naive nest, the best program of the first N
+                             trials and the final best timed by one runner in interleaved
+                             rounds (each round runs all three in turn, so a change in machine
+                             load hits them alike): medians and speed-ups.  The figures of
+                             the run itself are each a single measurement taken minutes
+                             apart, and the best of N such is biased low by the noise
     trial_reaching_90pct     the first trial whose best-so-far reached 90% of the final best
     wall_s, outside_kernels_share, trials_per_minute, phase_s   the tuner's own cost
     model_pairwise_accuracy  the cost model's ranking accuracy on each batch before it was
@@ -90,26 +97,45 @@ def _numpy_dense(m, n, k, np):
     return make
 
 
-def naive_seconds(func, builder, runner) -> float | None:
-    """The unscheduled loop nest, built and timed by the same builder and runner."""
-    from autotune.measure import MeasureInput
-    from records import Workload
+def side_by_side(programs: dict, workload_key: str, builder, rounds: int) -> dict:
+    """Median seconds of each program (name -> PrimFunc; None: skipped) over ``rounds``
+    interleaved rounds of one runner, None for a program that failed every time.  Their
+    outputs were checked while tuning; none is cut short for being slow (the naive nest is
+    hundreds of times slower than the tuned matmul)."""
+    import os
+    import statistics
 
-    key = "naive-" + Workload(func).key
-    inp = MeasureInput(func, "llvm", key, reference=None)
-    builds = builder.build([inp])
-    result = runner.run([inp], builds)[0]
-    return None if result.is_error else result.median
+    from autotune.measure import LocalRunner, MeasureConfig, MeasureInput
+
+    names = [n for n, f in programs.items() if f is not None]
+    inputs = [MeasureInput(programs[n], "llvm", workload_key, reference=None) for n in names]
+    builds = builder.build(inputs)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    config = MeasureConfig(timeout=120.0, repeat=3, slow_factor=math.inf)
+    try:
+        with LocalRunner(config) as runner:
+            for _ in range(rounds):
+                for name, result in zip(names, runner.run(inputs, builds)):
+                    if not result.is_error:
+                        samples[name].append(result.median)
+    finally:
+        for b in builds:
+            if b.artifact_path and os.path.isfile(b.artifact_path):
+                os.remove(b.artifact_path)
+    return {n: statistics.median(samples[n]) if samples.get(n) else None for n in programs}
 
 
 def tune_figures(func, trials: list[int], strategy: str, args, flops: float, nbytes: float,
                  builder, runner, heldout: int = 0) -> dict:
     import autotune
 
+    from records import MemoryDatabase
+
     total = max(trials)
+    db = MemoryDatabase()
     result = autotune.tune(func, "llvm", trials=total, batch_size=args.batch_size,
                            seed=args.seed, strategy=strategy, builder=builder, runner=runner,
-                           log=True, heldout=heldout)
+                           database=db, log=True, heldout=heldout)
     history = result.history
     after: dict[str, dict] = {}
     for n in trials:
@@ -140,7 +166,21 @@ def tune_figures(func, trials: list[int], strategy: str, args, flops: float, nby
         out["model_heldout"] = {"accuracy": None if math.isnan(acc) else round(acc, 3),
                                 "candidates": held["candidates"],
                                 "trained_on": held["trained_on"]}
-    return out
+    programs = {"after_first": _best_program_of_first(func, result, db, trials[0]),
+                "final": result.best_schedule.func if result.best_schedule else None}
+    return out, programs
+
+
+def _best_program_of_first(func, result, db, n: int):
+    """The program of the fastest of the run's first ``n`` trials (None: none succeeded)."""
+    ok = [t for t in result.history[:n] if math.isfinite(t.seconds)]
+    if not ok:
+        return None
+    best = min(ok, key=lambda t: t.seconds)
+    for rec in db.records(result.workload_key, result.target, include_errors=False):
+        if rec.trace_hash == best.trace_hash:
+            return rec.trace().apply(func).func
+    return None
 
 
 def _ms(seconds):
@@ -157,6 +197,7 @@ def _rates(seconds: float, flops: float, nbytes: float) -> dict:
 def main(argv=None) -> int:
     reexec_without_openblas_env("benchmarks.tune_ops")
     from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig
+    from records import Workload
     from search import workload_cost
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -168,6 +209,8 @@ def main(argv=None) -> int:
                         help="workloads also tuned with random search ('' for none)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved rounds of the side-by-side timing after tuning")
     parser.add_argument("--heldout", type=int, default=48,
                         help="fresh random programs measured after each tuning run to judge "
                              "the trained cost model (0: none)")
@@ -186,23 +229,28 @@ def main(argv=None) -> int:
             entry: dict = {"metric": metric, "flops": flops, "param_bytes": nbytes}
             print(f"== {name}", file=sys.stderr, flush=True)
             # A fresh runner per workload: its best-so-far (slow-candidate cut) is per run.
-            with LocalRunner(MeasureConfig(timeout=120.0, repeat=3)) as naive_runner:
-                t0 = time.perf_counter()
-                naive = naive_seconds(func, builder, naive_runner)
-                entry["naive_ms"] = _ms(naive)
-                entry["naive_measure_s"] = round(time.perf_counter() - t0, 1)
             with LocalRunner(config) as runner:
-                entry["tuned"] = tune_figures(func, trials, "evolutionary", args, flops,
-                                              nbytes, builder, runner, heldout=args.heldout)
-            first = entry["tuned"]["after"][str(trials[0])]["ms"]
+                entry["tuned"], programs = tune_figures(func, trials, "evolutionary", args,
+                                                        flops, nbytes, builder, runner,
+                                                        heldout=args.heldout)
+            t0 = time.perf_counter()
+            times = side_by_side({"naive": func, **programs}, Workload(func).key, builder,
+                                 args.rounds)
+            naive, first = times["naive"], times["after_first"]
+            entry["side_by_side"] = {
+                "rounds": args.rounds, "seconds": round(time.perf_counter() - t0, 1),
+                **{f"{name}_ms": _ms(t) for name, t in times.items()},
+                **{f"speedup_{name}": round(naive / t, 2) if naive and t else None
+                   for name, t in times.items() if name != "naive"}}
+            entry["naive_ms"] = _ms(naive)
             entry["speedup_vs_naive_after_first"] = (
-                round(naive * 1e3 / first, 2) if naive and first else None)
+                round(naive / first, 2) if naive and first else None)
             if numpy_maker is not None:
                 times = interleaved_medians({"numpy": numpy_maker()}, rounds=5)
                 entry["numpy_gflops"] = round(flops / times["numpy"]["median_s"] / 1e9, 2)
             if name in random_for:
                 with LocalRunner(config) as runner:
-                    entry["random_search"] = tune_figures(func, trials, "random", args, flops,
+                    entry["random_search"], _ = tune_figures(func, trials, "random", args, flops,
                                                           nbytes, builder, runner,
                                                           heldout=args.heldout)
             doc["workloads"][name] = entry
