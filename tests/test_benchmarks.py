@@ -5,6 +5,8 @@ import io
 import json
 from contextlib import redirect_stdout
 
+import pytest
+
 
 def test_build_time_prints_json_with_phases():
     from benchmarks import build_time
@@ -35,3 +37,48 @@ def test_hand_written_matmul_schedule_is_correct():
     autotune.build(sch.func)(a, b, out)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(evaluate(sch.func, a, b)[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_tune_ops_times_naive_and_tuned_side_by_side():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    # A subprocess: the command restarts itself without the machine's OpenBLAS variables.
+    args = ["--workloads", "softmax", "--trials", "4,8", "--batch-size", "4",
+            "--random-for", "", "--heldout", "0", "--rounds", "2"]
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.tune_ops", *args],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    entry = json.loads(proc.stdout)["workloads"]["softmax"]
+    sbs = entry["side_by_side"]
+    assert sbs["rounds"] == 2
+    for name in ("naive", "after_first", "final"):
+        assert sbs[f"{name}_ms"] > 0
+    # The speed-ups are ratios of the side-by-side medians, and the headline figure is one.
+    assert sbs["speedup_after_first"] == pytest.approx(sbs["naive_ms"] / sbs["after_first_ms"],
+                                                       rel=0.01)
+    assert entry["speedup_vs_naive_after_first"] == sbs["speedup_after_first"]
+    assert entry["naive_ms"] == sbs["naive_ms"]
+    assert set(entry["tuned"]["after"]) == {"4", "8"}
+
+
+def test_hand_written_depthwise_schedules_are_correct():
+    import numpy as np
+
+    import autotune
+    from benchmarks.depthwise_ceiling import SCHEDULES, depthwise, schedule_depthwise
+
+    func = depthwise()
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((1, 144, 56, 56), "float32")
+    weight = rng.standard_normal((144, 1, 3, 3), "float32")
+    padded = np.pad(data, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = sum(padded[:, :, dy:dy + 56, dx:dx + 56] * weight[None, :, 0, dy, dx, None, None]
+               for dy in range(3) for dx in range(3))
+    for rows, lanes, pad_at in SCHEDULES:
+        out = np.full((1, 144, 56, 56), np.nan, "float32")
+        autotune.build(schedule_depthwise(func, rows, lanes, pad_at).func)(data, weight, out)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{rows}x{lanes}, padding per {pad_at}")
