@@ -23,7 +23,7 @@ import sys
 
 from benchmarks.common import environment, interleaved_medians, reexec_without_openblas_env
 
-SHAPE = dict(batch=1, channels=144, height=56, width=56, kernel=3, padding=1)
+SHAPE = {"batch": 1, "channels": 144, "height": 56, "width": 56, "kernel": 3, "padding": 1}
 # (rows, lanes, where the padding is copied) of each hand-written schedule timed.
 SCHEDULES = ((2, 56, "tile"), (7, 8, "tile"), (7, 8, "channel"))
 

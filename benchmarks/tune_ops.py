@@ -128,7 +128,6 @@ def side_by_side(programs: dict, workload_key: str, builder, rounds: int) -> dic
 def tune_figures(func, trials: list[int], strategy: str, args, flops: float, nbytes: float,
                  builder, runner, heldout: int = 0) -> dict:
     import autotune
-
     from records import MemoryDatabase
 
     total = max(trials)
