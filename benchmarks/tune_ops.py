@@ -102,10 +102,9 @@ def side_by_side(programs: dict, workload_key: str, builder, rounds: int) -> dic
     interleaved rounds of one runner, None for a program that failed every time.  Their
     outputs were checked while tuning; none is cut short for being slow (the naive nest is
     hundreds of times slower than the tuned matmul)."""
-    import os
     import statistics
 
-    from autotune.measure import LocalRunner, MeasureConfig, MeasureInput
+    from autotune.measure import LocalRunner, MeasureConfig, MeasureInput, remove_artifacts
 
     names = [n for n, f in programs.items() if f is not None]
     inputs = [MeasureInput(programs[n], "llvm", workload_key, reference=None) for n in names]
@@ -119,9 +118,7 @@ def side_by_side(programs: dict, workload_key: str, builder, rounds: int) -> dic
                     if not result.is_error:
                         samples[name].append(result.median)
     finally:
-        for b in builds:
-            if b.artifact_path and os.path.isfile(b.artifact_path):
-                os.remove(b.artifact_path)
+        remove_artifacts(builds)
     return {n: statistics.median(samples[n]) if samples.get(n) else None for n in programs}
 
 

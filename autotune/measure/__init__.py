@@ -19,6 +19,7 @@ from .base import (
     MeasureResult,
     Runner,
     measure,
+    remove_artifacts,
 )
 from .builder import LocalBuilder
 from .runner import LocalRunner
@@ -35,4 +36,5 @@ __all__ = [
     "MeasureResult",
     "Runner",
     "measure",
+    "remove_artifacts",
 ]

@@ -186,12 +186,17 @@ def measure(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput],
         return runner.run(inputs, builds)
     finally:
         if not keep_artifacts:
-            for b in builds:
-                if b.artifact_path:
-                    try:
-                        os.remove(b.artifact_path)
-                    except OSError:
-                        pass
+            remove_artifacts(builds)
+
+
+def remove_artifacts(builds: Sequence[BuildResult]) -> None:
+    """Delete the artifact files of ``builds`` (those already gone are skipped)."""
+    for b in builds:
+        if b.artifact_path:
+            try:
+                os.remove(b.artifact_path)
+            except OSError:
+                pass
 
 
 def check_lengths(inputs: Sequence, builds: Sequence) -> None:
