@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import cost_models
 import search
-from records import Database, MemoryDatabase, Workload
+from records import Database, MemoryDatabase
 from schedules.schedule import Schedule
 from schedules.space import DesignSpace
 from schedules.trace import Trace
@@ -37,7 +37,7 @@ from tensor_ir.errors import TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
-from .measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
+from .measure import LocalBuilder, LocalRunner, MeasureConfig, Runner
 
 __all__ = ["TuneError", "TuneResult", "tune"]
 
@@ -155,19 +155,14 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         else search.create(strategy)
     model = cost_models.create(cost_model, seed=seed) if isinstance(cost_model, str) \
         else cost_models.create(cost_model)
-    config = measure_config or (runner.config if isinstance(runner, LocalRunner)
-                                else MeasureConfig())
+    config = measure_config or (runner.config if isinstance(runner, Runner)
+                                and runner.config is not None else MeasureConfig())
 
     # 2. Open what is ours to open (and close it, whatever happens).
     with measurement(database, builder, runner, config, "autotune.tune") as opened:
         db, builder, runner = opened
-        key = Workload(func).key
-
-        def make_input(candidate: PrimFunc) -> MeasureInput:
-            return MeasureInput(candidate, target, key, reference=func)
-
         # 3. Search, then re-measure the top before anything is reported.
-        loop = search.TuningLoop(space, strategy_obj, model, builder, runner, make_input, db,
+        loop = search.TuningLoop(space, strategy_obj, model, builder, runner, db,
                                  batch_size=batch_size, measure_config=config,
                                  warm_start=warm_start, log=log, seed_traces=seeds)
         result = loop.run(trials, top_up=top_up)

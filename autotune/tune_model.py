@@ -38,7 +38,6 @@ import search
 from records import Database
 from schedules.space import DesignSpace
 from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
-from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
 from .default_schedule import heuristic_trace
@@ -46,7 +45,7 @@ from .executor import BuildReport
 from .frontends import load_model
 from .graph.ir import Model
 from .graph.tasks import extract_tasks
-from .measure import LocalRunner, MeasureConfig, MeasureInput
+from .measure import MeasureConfig, Runner
 from .report import ModelReport, TaskRow, format_report, refresh, store
 from .tune import TuneError, measurement
 
@@ -206,8 +205,8 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         trials = DEFAULT_TRIALS_PER_TASK * len(tasks)
     search.create(strategy, seed=seed)          # unknown kinds fail here, not per task
     shared_model = cost_models.create(cost_model, seed=seed) if share_cost_model else None
-    config = measure_config or (runner.config if isinstance(runner, LocalRunner)
-                                else MeasureConfig())
+    config = measure_config or (runner.config if isinstance(runner, Runner)
+                                and runner.config is not None else MeasureConfig())
 
     # 2. What is ours to open is closed at the end, whatever happens.
     with measurement(database, builder, runner, config, "tune_model",
@@ -221,14 +220,11 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
             model_obj = shared_model if shared_model is not None else \
                 cost_models.create(cost_model, seed=task_seed)
 
-            def make_input(candidate: PrimFunc, key=task.key, reference=task.func):
-                return MeasureInput(candidate, target, key, reference=reference)
-
             # The default schedule is each task's first candidate: a short run never builds
             # a model slower than the untuned one.
             default_trace = heuristic_trace(task.func, target)
             return search.TuningLoop(space, search.create(strategy, seed=task_seed), model_obj,
-                                     builder, runner, make_input, db, batch_size=batch_size,
+                                     builder, runner, db, batch_size=batch_size,
                                      measure_config=config, warm_start=warm_start, log=log,
                                      seed_traces=[default_trace] if default_trace else [])
 

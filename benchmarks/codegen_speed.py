@@ -104,7 +104,7 @@ def build_phases(cands: dict, target: str = "llvm -num-cores 2") -> dict:
 def builder_wall(cands: dict, workers: int = 2, target: str = "llvm -num-cores 2") -> dict:
     """Wall milliseconds per candidate of LocalBuilder.build over all candidates."""
     from autotune.measure import LocalBuilder
-    from autotune.measure.base import MeasureInput
+    from search.measure import MeasureInput
 
     inputs = [MeasureInput(f, target, f"bench-{name}") for name, funcs in cands.items()
               for f in funcs]

@@ -25,9 +25,10 @@ import sys
 import tempfile
 import time
 
-from records import Database, MeasureResult, TuningRecord, Workload
+from records import Database, Workload
 from schedules import Schedule
 from schedules.sampling import sample_categorical, sample_perfect_tile
+from search.measure import MeasureResult
 from tensor_ir import ops
 
 LIMIT_MS = 5.0
@@ -89,7 +90,7 @@ def run(directory: str, batches: int, batch_size: int, synchronous: str) -> dict
                        for _ in range(batch_size)]
             chunk = traces[b * batch_size:(b + 1) * batch_size]
             t0 = time.perf_counter()
-            batch = [TuningRecord.from_measure(key, target, t, r, config)
+            batch = [r.to_record(key, target, t, config)
                      for t, r in zip(chunk, results)]
             t1 = time.perf_counter()
             db.commit_records(batch)

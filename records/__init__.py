@@ -3,7 +3,7 @@
     from records import Database, TuningRecord, Workload
     with Database("tuning.db") as db:
         key = db.commit_workload(Workload(func))
-        db.commit_records([TuningRecord.from_measure(key, target, trace, result, config)])
+        db.commit_records([result.to_record(key, target, trace, config)])  # a MeasureResult
         best = db.best_k(key, target, k=1)[0]
         sch = best.trace().apply(func)
 
@@ -12,14 +12,14 @@ package sits between ``schedules`` and ``cost_models``: it never imports the tun
 """
 from __future__ import annotations
 
-from .database import SCHEMA_VERSION, Database, RecordsWarning, canonical_target
+from .database import SCHEMA_VERSION, Database, RecordsWarning
 from .errors import DatabaseError
 from .fingerprint import fingerprint_differences, hardware_hash, target_fingerprint
 from .jsonl import export_jsonl, import_jsonl
+from .keys import canonical_json, canonical_target, workload_key
 from .memory import MemoryDatabase
 from .record import (
     ERROR_KINDS,
-    MeasureResult,
     TuningRecord,
     host_name,
     library_version,
@@ -33,11 +33,11 @@ __all__ = [
     "SCHEMA_VERSION",
     "Database",
     "DatabaseError",
-    "MeasureResult",
     "MemoryDatabase",
     "RecordsWarning",
     "TuningRecord",
     "Workload",
+    "canonical_json",
     "canonical_target",
     "describe",
     "export_jsonl",
@@ -49,4 +49,5 @@ __all__ = [
     "target_fingerprint",
     "trace_hash",
     "trace_text",
+    "workload_key",
 ]

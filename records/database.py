@@ -2,7 +2,7 @@
 
     db = Database("tuning.db")                       # or Database() / MemoryDatabase()
     key = db.commit_workload(Workload(func))
-    db.commit_records([TuningRecord.from_measure(key, target, trace, result, config), ...])
+    db.commit_records([result.to_record(key, target, trace, config), ...])  # MeasureResults
     best = db.best_k(key, "llvm", k=4)               # fastest successful records, this hardware
     done = db.measured_hashes(key, "llvm")           # trace hashes a resumed search skips
 
@@ -63,16 +63,17 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import lru_cache
 
 from tensor_ir.func import PrimFunc
 
 from .errors import DatabaseError
 from .fingerprint import fingerprint_differences, hardware_hash, target_fingerprint
-from .record import TuningRecord, canonical_json, host_name, library_version
-from .workload import Workload
+from .jsonl import export_jsonl, import_jsonl
+from .keys import canonical_json, canonical_target, spread, workload_key
+from .record import TuningRecord, host_name, library_version
+from .workload import WORKLOAD_FORMAT_VERSION, Workload
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Database", "RecordsWarning"]
 
@@ -124,49 +125,8 @@ _RECORD_COLUMNS = ("r.id, r.workload_key, r.target, r.trace, r.run_times, r.medi
                    "r.trace_hash")
 
 
-@lru_cache(maxsize=1024)
-def _canonical_builtin(spec: str) -> str:
-    from tensor_ir.target import Target
-
-    return str(Target(spec))
-
-
-def canonical_target(target) -> str:
-    """``str(Target(target))``; a TargetError becomes a DatabaseError naming the string."""
-    if type(target).__name__ == "Target":
-        return str(target)
-    if not isinstance(target, str):
-        raise TypeError(f"a target is a string or Target, got {type(target).__name__}")
-    from tensor_ir.target import KINDS, Target, TargetError
-
-    try:
-        # Strings of a built-in kind resolve the same way for the life of the process; a
-        # registered name may be re-registered, so it is resolved afresh each time.
-        if target.split(" ", 1)[0] in KINDS:
-            return _canonical_builtin(target)
-        return str(Target(target))
-    except TargetError as err:
-        raise DatabaseError(f"target {target!r} does not parse: {err}") from None
-
-
-def _workload_key(workload) -> str:
-    if isinstance(workload, Workload):
-        return workload.key
-    if isinstance(workload, PrimFunc):
-        return workload.structural_hash()
-    if isinstance(workload, str) and workload:
-        return workload
-    raise TypeError(f"a workload is given as its key, a Workload or a PrimFunc, got "
-                    f"{type(workload).__name__}")
-
-
 def _fingerprint_digest(target: str, fingerprint: Mapping) -> str:
     return hashlib.sha256((target + "\n" + canonical_json(fingerprint)).encode()).hexdigest()
-
-
-def _spread(times: Sequence[float]) -> float:
-    median = statistics.median(times)
-    return (max(times) - min(times)) / median if median > 0 else 0.0
 
 
 class Database:
@@ -387,7 +347,7 @@ class Database:
         return cur.rowcount
 
     def has_workload(self, workload) -> bool:
-        key = _workload_key(workload)
+        key = workload_key(workload)
         with self._read("looking up a workload") as conn:
             return conn.execute("SELECT 1 FROM workloads WHERE key = ?", (key,)).fetchone() \
                 is not None
@@ -519,7 +479,7 @@ class Database:
             conn.execute(
                 "INSERT OR IGNORE INTO remeasurements(record_id, run_times, median, spread, "
                 "timestamp, host, config) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (record_id, json.dumps(times), statistics.median(times), _spread(times),
+                (record_id, json.dumps(times), statistics.median(times), spread(times),
                  time.time() if timestamp is None else float(timestamp),
                  host_name() if host is None else host, config_text))
             return self._rescore(conn, record_id)
@@ -575,7 +535,7 @@ class Database:
         ``check_fingerprint=False`` they are not)."""
         if not isinstance(k, int) or k < 0:
             raise ValueError(f"k must be an int >= 0, got {k!r}")
-        key = _workload_key(workload)
+        key = workload_key(workload)
         cond, params, primary = self._target_filter(target, compatible_targets,
                                                     check_fingerprint)
         with self._read("querying the best records") as conn:
@@ -620,7 +580,7 @@ class Database:
     def records(self, workload, target=None, include_errors: bool = True) -> list[TuningRecord]:
         """Every record of a workload (all targets, or one target string, matched exactly
         after canonicalisation and without a fingerprint check), oldest first."""
-        key = _workload_key(workload)
+        key = workload_key(workload)
         where, params = ["r.workload_key = ?"], [key]
         if target is not None:
             where.append("r.target = ?")
@@ -637,7 +597,7 @@ class Database:
         where, params = [], []
         if workload is not None:
             where.append("workload_key = ?")
-            params.append(_workload_key(workload))
+            params.append(workload_key(workload))
         if target is not None:
             where.append("target = ?")
             params.append(canonical_target(target))
@@ -655,7 +615,7 @@ class Database:
         with self._read("looking up a record") as conn:
             return conn.execute(
                 f"SELECT 1 FROM records r WHERE r.workload_key = ? AND r.trace_hash = ? AND "
-                f"{cond} LIMIT 1", [_workload_key(workload), trace_hash, *params]
+                f"{cond} LIMIT 1", [workload_key(workload), trace_hash, *params]
             ).fetchone() is not None
 
     def measured_hashes(self, workload, target, check_fingerprint: bool = True) -> set[str]:
@@ -665,7 +625,7 @@ class Database:
         with self._read("reading measured trace hashes") as conn:
             return {h for (h,) in conn.execute(
                 f"SELECT r.trace_hash FROM records r WHERE r.workload_key = ? AND {cond}",
-                [_workload_key(workload), *params])}
+                [workload_key(workload), *params])}
 
     def targets(self, workload=None) -> list[str]:
         """Target strings that have records (of one workload, or of any)."""
@@ -674,7 +634,7 @@ class Database:
                 rows = conn.execute("SELECT DISTINCT target FROM records ORDER BY target")
             else:
                 rows = conn.execute("SELECT DISTINCT target FROM records WHERE workload_key = ?"
-                                    " ORDER BY target", (_workload_key(workload),))
+                                    " ORDER BY target", (workload_key(workload),))
             return [t for (t,) in rows]
 
     def fingerprints(self, target) -> list[dict]:
@@ -695,7 +655,7 @@ class Database:
                                        (fp_id,)).fetchone()
                 fingerprint = self._fingerprint_data[fp_id] = json.loads(text)
         try:
-            return TuningRecord._from_stored({
+            return TuningRecord.from_stored({
                 "workload_key": key, "target": target, "trace_json": json.loads(trace),
                 "run_times": tuple(json.loads(run_times)),
                 "median": math.inf if error_kind is not None else median,
@@ -764,18 +724,108 @@ class Database:
             "remeasurements": remeasured,
         }
 
+    # -- moving records between files (the JSON-lines format is records.jsonl's) -----------
+    def dump(self, workload=None, target=None) -> Iterator[dict]:
+        """The workloads and records (optionally of one workload and/or one target), as the
+        JSON objects of an export: every workload that has records first, then each record
+        with its re-measurements.  One read transaction: a snapshot, even while another
+        process writes."""
+        key = None if workload is None else workload_key(workload)
+        target = None if target is None else canonical_target(target)
+        with self._read("exporting") as conn:
+            conn.execute("BEGIN")
+            try:
+                yield from self._dump(conn, key, target)
+            finally:
+                conn.execute("COMMIT")
+
+    def _dump(self, conn, key: str | None, target: str | None) -> Iterator[dict]:
+        if target is not None:
+            where, params = ["r.target = ?"], [target]
+            if key is not None:
+                where.append("r.workload_key = ?")
+                params.append(key)
+            keys = [k for (k,) in conn.execute(
+                "SELECT key FROM workloads WHERE key IN (SELECT DISTINCT r.workload_key FROM "
+                f"records r WHERE {' AND '.join(where)}) ORDER BY rowid", params)]
+        elif key is not None:
+            if conn.execute("SELECT 1 FROM workloads WHERE key = ?", (key,)).fetchone() is None:
+                raise DatabaseError(f"database {self.path} has no workload {key}")
+            keys = [key]
+        else:
+            keys = [k for (k,) in conn.execute("SELECT key FROM workloads ORDER BY rowid")]
+        # Workloads first (a reader adds them before the records that need them).
+        for k in keys:
+            (name, func) = conn.execute("SELECT name, func FROM workloads WHERE key = ?",
+                                        (k,)).fetchone()
+            yield {"kind": "workload", "format_version": WORKLOAD_FORMAT_VERSION, "key": k,
+                   "name": name, "func": json.loads(func)}
+        for k in keys:
+            if target is None:
+                rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE "
+                                    f"r.workload_key = ? ORDER BY r.id", (k,))
+            else:
+                rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE "
+                                    f"r.workload_key = ? AND r.target = ? ORDER BY r.id",
+                                    (k, target))
+            for row in rows.fetchall():
+                record = self._record_from_row(conn, row)
+                data = record.to_json()
+                data["kind"] = "record"
+                if record.remeasure_count:
+                    data["remeasurements"] = [
+                        {"run_times": json.loads(t), "timestamp": ts, "host": h,
+                         "config": json.loads(c)}
+                        for t, ts, h, c in conn.execute(
+                            "SELECT run_times, timestamp, host, config FROM remeasurements "
+                            "WHERE record_id = ? ORDER BY id", (record.record_id,))]
+                yield data
+
+    def add_dump(self, workloads: Iterable[Workload],
+                 records: Sequence[tuple[TuningRecord, list[dict]]], source: str) -> int:
+        """Add exported workloads and records, each record with its re-measurements
+        (``{"run_times", "timestamp", "host", "config"}``), in one transaction; records and
+        re-measurements already present are skipped.  Returns the number of records added.
+        ``source`` names the file in errors."""
+        workloads = list(workloads)
+        fp_ids: dict[str, int] = {}
+        with self._write(f"importing {source}") as conn:
+            known = {w.key for w in workloads}
+            for key in {r.workload_key for r, _ in records} - known:
+                if conn.execute("SELECT 1 FROM workloads WHERE key = ?",
+                                (key,)).fetchone() is None:
+                    raise DatabaseError(f"{source}: records refer to workload {key}, which is "
+                                        f"neither in the file nor in database {self.path}")
+            self._insert_workloads(conn, workloads)
+            added = self._insert_records(conn, [(r, r.fingerprint) for r, _ in records],
+                                         fp_ids)
+            for record, remeasured in records:
+                if not remeasured:
+                    continue
+                (rid,) = conn.execute("SELECT id FROM records WHERE uid = ?",
+                                      (record.uid,)).fetchone()
+                new = 0
+                for entry in remeasured:
+                    times = entry["run_times"]
+                    cur = conn.execute(
+                        "INSERT OR IGNORE INTO remeasurements(record_id, run_times, median, "
+                        "spread, timestamp, host, config) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (rid, json.dumps(times), statistics.median(times), spread(times),
+                         entry["timestamp"], entry["host"], canonical_json(entry["config"])))
+                    new += cur.rowcount
+                if new:
+                    self._rescore(conn, rid)
+        self._fingerprint_ids.update(fp_ids)
+        return added
+
     def export_jsonl(self, path, workload=None, target=None) -> int:
         """Write workloads and records as JSON lines (see records.jsonl); returns the number
         of records written."""
-        from .jsonl import export_jsonl
-
         return export_jsonl(self, path, workload=workload, target=target)
 
     def import_jsonl(self, path) -> int:
         """Add the records of a JSON-lines file in one transaction; returns how many were new
         (importing a file twice adds nothing the second time)."""
-        from .jsonl import import_jsonl
-
         return import_jsonl(self, path)
 
 

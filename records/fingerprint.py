@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Mapping
 from functools import lru_cache
 
-from .record import canonical_json
+from .keys import canonical_json
 
 __all__ = ["HARDWARE_FIELDS", "fingerprint_differences", "hardware_hash", "target_fingerprint"]
 

@@ -21,15 +21,14 @@ from __future__ import annotations
 import io
 import json
 import os
-import statistics
 import sys
 import tempfile
 from collections.abc import Mapping
 
-from .database import _RECORD_COLUMNS, _spread, _workload_key, canonical_target
 from .errors import DatabaseError
-from .record import TuningRecord, canonical_json
-from .workload import WORKLOAD_FORMAT_VERSION, Workload
+from .keys import canonical_target, workload_key
+from .record import TuningRecord
+from .workload import Workload
 
 __all__ = ["JSONL_FORMAT", "JSONL_FORMAT_VERSION", "export_jsonl", "import_jsonl"]
 
@@ -45,7 +44,7 @@ def export_jsonl(db, path, workload=None, target=None) -> int:
     """Write ``db``'s workloads and records (optionally of one workload and/or one target
     string) to ``path`` ("-" for standard output).  The file is written to a temporary name
     and renamed, so a reader never sees half an export.  Returns the number of records."""
-    key = None if workload is None else _workload_key(workload)
+    key = None if workload is None else workload_key(workload)
     target = None if target is None else canonical_target(target)
     if path == "-":
         return _write_export(db, sys.stdout, key, target)
@@ -68,62 +67,10 @@ def export_jsonl(db, path, workload=None, target=None) -> int:
 def _write_export(db, out: io.TextIOBase, key: str | None, target: str | None) -> int:
     out.write(_line({"kind": "header", "format": JSONL_FORMAT,
                      "format_version": JSONL_FORMAT_VERSION}))
-    where, params = [], []
-    if key is not None:
-        where.append("r.workload_key = ?")
-        params.append(key)
-    if target is not None:
-        where.append("r.target = ?")
-        params.append(target)
-    with db._read("exporting") as conn:
-        # A read transaction: the export is one snapshot even while another process writes.
-        conn.execute("BEGIN")
-        try:
-            return _write_snapshot(db, conn, out, key, target, where, params)
-        finally:
-            conn.execute("COMMIT")
-
-
-def _write_snapshot(db, conn, out, key, target, where, params) -> int:
-    clause = f" WHERE {' AND '.join(where)}" if where else ""
-    if target is not None:
-        keys = [k for (k,) in conn.execute(
-            "SELECT key FROM workloads WHERE key IN (SELECT DISTINCT r.workload_key FROM "
-            f"records r{clause}) ORDER BY rowid", params)]
-    elif key is not None:
-        if conn.execute("SELECT 1 FROM workloads WHERE key = ?", (key,)).fetchone() is None:
-            raise DatabaseError(f"database {db.path} has no workload {key}")
-        keys = [key]
-    else:
-        keys = [k for (k,) in conn.execute("SELECT key FROM workloads ORDER BY rowid")]
-    # Workloads first (a reader adds them before the records that need them).
-    for k in keys:
-        (name, func) = conn.execute("SELECT name, func FROM workloads WHERE key = ?",
-                                    (k,)).fetchone()
-        out.write(_line({"kind": "workload", "format_version": WORKLOAD_FORMAT_VERSION,
-                         "key": k, "name": name, "func": json.loads(func)}))
     count = 0
-    for k in keys:
-        if target is None:
-            rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE "
-                                f"r.workload_key = ? ORDER BY r.id", (k,))
-        else:
-            rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE "
-                                f"r.workload_key = ? AND r.target = ? ORDER BY r.id",
-                                (k, target))
-        for row in rows.fetchall():
-            record = db._record_from_row(conn, row)
-            data = record.to_json()
-            data["kind"] = "record"
-            if record.remeasure_count:
-                data["remeasurements"] = [
-                    {"run_times": json.loads(t), "timestamp": ts, "host": h,
-                     "config": json.loads(c)}
-                    for t, ts, h, c in conn.execute(
-                        "SELECT run_times, timestamp, host, config FROM remeasurements "
-                        "WHERE record_id = ? ORDER BY id", (record.record_id,))]
-            out.write(_line(data))
-            count += 1
+    for data in db.dump(key, target):
+        out.write(_line(data))
+        count += data["kind"] == "record"
     return count
 
 
@@ -204,32 +151,4 @@ def import_jsonl(db, path) -> int:
         if not header_seen:
             raise DatabaseError(f"{name} is empty: not a tuning-record export")
     # 2. One transaction: workloads, records, re-measurements.
-    fp_ids: dict[str, int] = {}
-    with db._write(f"importing {name}") as conn:
-        known = set(workloads)
-        needed = {r.workload_key for r, _ in records} - known
-        for key in needed:
-            if conn.execute("SELECT 1 FROM workloads WHERE key = ?", (key,)).fetchone() is None:
-                raise DatabaseError(f"{name}: records refer to workload {key}, which is "
-                                    f"neither in the file nor in database {db.path}")
-        db._insert_workloads(conn, workloads.values())
-        added = db._insert_records(conn, [(r, r.fingerprint) for r, _ in records], fp_ids)
-        for record, remeasured in records:
-            if not remeasured:
-                continue
-            (rid,) = conn.execute("SELECT id FROM records WHERE uid = ?",
-                                  (record.uid,)).fetchone()
-            new = 0
-            for entry in remeasured:
-                times = entry["run_times"]
-                median = statistics.median(times)
-                cur = conn.execute(
-                    "INSERT OR IGNORE INTO remeasurements(record_id, run_times, median, "
-                    "spread, timestamp, host, config) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (rid, json.dumps(times), median, _spread(times), entry["timestamp"],
-                     entry["host"], canonical_json(entry["config"])))
-                new += cur.rowcount
-            if new:
-                db._rescore(conn, rid)
-    db._fingerprint_ids.update(fp_ids)
-    return added
+    return db.add_dump(workloads.values(), records, name)

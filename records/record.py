@@ -1,9 +1,9 @@
-"""MeasureResult and TuningRecord, with the error kinds and their stable JSON forms.
+"""TuningRecord, with the error kinds and its stable JSON form.
 
-A ``MeasureResult`` is what a runner returns for one candidate.  A ``TuningRecord`` is what the
-database keeps: the measured candidate's workload key, target string and trace (as JSON, never
-as a Python object), the result, and where, when, with which library version and with which
-measurement settings it was measured.
+A ``TuningRecord`` is what the database keeps of one measured candidate (the tuner makes it
+from the runner's ``search.measure.MeasureResult``): its workload key, target string and
+trace (as JSON, never as a Python object), the result, and where, when, with which library
+version and with which measurement settings it was measured.
 
 The trace hash is the SHA-256 of the trace's canonical JSON text (sorted keys, no spaces; the
 same text as ``schedules.Trace.to_text()``), decisions included: two candidates with the same
@@ -17,16 +17,17 @@ import json
 import math
 import socket
 import statistics
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+
+from tensor_ir.target import Target
+
+from .keys import canonical_json
 
 __all__ = [
     "ERROR_KINDS",
     "RECORD_FORMAT_VERSION",
-    "MeasureResult",
     "TuningRecord",
     "canonical_json",
     "host_name",
@@ -47,92 +48,8 @@ RECORD_FORMAT_VERSION = 1
 
 
 # ---------------------------------------------------------------------------------------------
-# MeasureResult
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MeasureResult:
-    """The outcome of measuring one candidate.
-
-    run_times      seconds per call, one entry per repeat (empty on error).
-    median         median of run_times; math.inf on error, so errors sort last.
-    error_kind     None, or one of ERROR_KINDS.
-    error_msg      readable cause ("wrong result: max abs diff 3.2 at C[4, 7] ...").
-    number         calls per repeat that were timed.
-    checked        whether the outputs were compared with the reference (and matched).
-    stopped_early  the slow-candidate rule or the time-out budget cut the repeats short.
-    build_seconds  time the builder spent on the candidate.
-    run_seconds    wall time the runner spent on the candidate, overhead included.
-    kernel_seconds time spent inside the kernel itself (warm-up, repeats, check run).
-    """
-
-    run_times: list[float]
-    median: float
-    error_kind: str | None = None
-    error_msg: str | None = None
-    number: int = 0
-    checked: bool = False
-    stopped_early: bool = False
-    build_seconds: float = 0.0
-    run_seconds: float = 0.0
-    kernel_seconds: float = 0.0
-
-    def __post_init__(self):
-        if self.error_kind is not None and self.error_kind not in ERROR_KINDS:
-            raise ValueError(f"unknown error kind {self.error_kind!r}; expected one of "
-                             f"{', '.join(ERROR_KINDS)}")
-
-    @property
-    def is_error(self) -> bool:
-        return self.error_kind is not None
-
-    @staticmethod
-    def error(kind: str, message: str, build_seconds: float = 0.0,
-              run_seconds: float = 0.0, kernel_seconds: float = 0.0) -> MeasureResult:
-        return MeasureResult([], math.inf, kind, message, build_seconds=build_seconds,
-                             run_seconds=run_seconds, kernel_seconds=kernel_seconds)
-
-    @staticmethod
-    def success(run_times: Sequence[float], number: int, checked: bool,
-                stopped_early: bool = False, build_seconds: float = 0.0,
-                run_seconds: float = 0.0, kernel_seconds: float = 0.0) -> MeasureResult:
-        times = [float(t) for t in run_times]
-        if not times:
-            raise ValueError("a successful MeasureResult needs at least one run time")
-        return MeasureResult(times, statistics.median(times), None, None, number, checked,
-                             stopped_early, build_seconds, run_seconds, kernel_seconds)
-
-    def to_json(self) -> dict:
-        """JSON-compatible dict (math.inf becomes None)."""
-        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        out["median"] = None if math.isinf(self.median) else self.median
-        out["run_times"] = list(self.run_times)
-        return out
-
-    @staticmethod
-    def from_json(data: dict) -> MeasureResult:
-        values = dict(data)
-        unknown = set(values) - set(MeasureResult.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"MeasureResult JSON has unknown fields: {', '.join(sorted(unknown))}")
-        values["run_times"] = [float(t) for t in values.get("run_times", [])]
-        values["median"] = math.inf if values.get("median") is None else float(values["median"])
-        return MeasureResult(**values)
-
-
-# The MeasureResult fields a TuningRecord keeps in its ``details`` (the rest are first-class).
-_DETAIL_FIELDS = ("number", "checked", "stopped_early", "build_seconds", "run_seconds",
-                  "kernel_seconds")
-
-
-# ---------------------------------------------------------------------------------------------
 # Canonical JSON, trace hash, provenance
 # ---------------------------------------------------------------------------------------------
-
-def canonical_json(value: Any) -> str:
-    """Compact JSON text with sorted keys: the form hashes are taken of."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
 
 def trace_text(trace) -> str:
     """Canonical JSON text of a trace given as a ``schedules.Trace``, its ``to_json()`` dict or
@@ -246,7 +163,7 @@ class TuningRecord:
             raise ValueError("TuningRecord.workload_key must be a non-empty string")
         target = self.target
         if not isinstance(target, str):
-            if type(target).__name__ != "Target":
+            if not isinstance(target, Target):
                 raise TypeError(f"TuningRecord.target must be a target string or Target, got "
                                 f"{type(target).__name__}")
             target = str(target)
@@ -292,28 +209,7 @@ class TuningRecord:
 
     # -- construction ---------------------------------------------------------------------------
     @staticmethod
-    def from_measure(workload_key: str, target, trace, result: MeasureResult,
-                     config=None, *, host: str | None = None, version: str | None = None,
-                     timestamp: float | None = None) -> TuningRecord:
-        """The record of one measured candidate: ``trace`` produced the program that
-        ``result`` measured on ``target`` with settings ``config`` (a MeasureConfig).  The
-        target is canonicalised here (this is the machine that resolved it); host, version
-        and timestamp default to this process's."""
-        from .database import canonical_target
-
-        details = {name: getattr(result, name) for name in _DETAIL_FIELDS}
-        return TuningRecord(
-            workload_key, canonical_target(target), trace,
-            run_times=tuple(result.run_times),
-            median=None if result.is_error else result.median,
-            error_kind=result.error_kind, error_msg=result.error_msg,
-            host=host_name() if host is None else host,
-            version=library_version() if version is None else version,
-            timestamp=time.time() if timestamp is None else timestamp,
-            config=config, details=details)
-
-    @staticmethod
-    def _from_stored(values: dict) -> TuningRecord:
+    def from_stored(values: dict) -> TuningRecord:
         """A record read back from a database the database itself wrote: every field is
         given, the trace text is already canonical and the hashes are stored with it, so
         the checks and re-serialisation of ``__init__`` are skipped (reading a whole
@@ -328,13 +224,6 @@ class TuningRecord:
     @property
     def is_error(self) -> bool:
         return self.error_kind is not None
-
-    @property
-    def measure_result(self) -> MeasureResult:
-        """The MeasureResult this record was made from."""
-        known = {k: v for k, v in self.details.items() if k in _DETAIL_FIELDS}
-        return MeasureResult(list(self.run_times), self.median, self.error_kind,
-                             self.error_msg, **known)
 
     def trace(self):
         """The trace as a ``schedules.Trace`` (ready for ``.apply(func)``)."""

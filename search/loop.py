@@ -1,13 +1,14 @@
 """TuningLoop: generate -> build -> run -> record -> retrain, batch after batch.
 
-    loop = TuningLoop(space, strategy, cost_model, builder, runner, make_input, database)
+    loop = TuningLoop(space, strategy, cost_model, builder, runner, database)
     result = loop.run(trials=256)              # LoopResult: history, phase times, best
     loop.remeasure_top(k=3, rounds=3)          # noise-robust best before it is reported
 
-The loop sits below ``autotune`` in the import stack, so it is handed its builder and runner
-(anything with ``build(inputs) -> builds`` and ``run(inputs, builds) -> MeasureResults``, the
-``autotune.measure`` interfaces) and ``make_input(func)``, which wraps a candidate program into
-whatever those take (``autotune.measure.MeasureInput``).
+    loop.step(16)                              # or one batch at a time (the task scheduler)
+
+The builder and runner implement the measurement contract of :mod:`search.measure`; the loop
+wraps each candidate program into a ``MeasureInput`` of the space's target and workload, with
+the workload's own definition as the reference its outputs are checked against.
 
 One batch:
 
@@ -23,7 +24,9 @@ One batch:
    (never fewer than one batch): the retraining cost then grows with the data only
    logarithmically in the number of batches.
 
-Resuming: ``run`` first reads the database: every measured final-trace hash is excluded, and
+``run(trials)`` is a loop over :meth:`TuningLoop.step`, which measures one batch.
+
+Resuming: the first step (and every ``run``) first reads the database: every measured final-trace hash is excluded, and
 the ``warm_start`` best records are replayed, given to the cost model as training data and to
 the strategy as elites (parents), and their best time seeds the runner (its slow-candidate cut
 and output checks start from it).  ``run(trials)`` measures ``trials`` new candidates;
@@ -39,23 +42,22 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from cost_models import CostModel, pairwise_accuracy
 from cost_models import features as _features
-from records import Database, TuningRecord, Workload
+from records import Database, Workload
 from schedules.space import DesignSpace
 from schedules.trace import Trace
 from tensor_ir.func import PrimFunc
 
+from .measure import Builder, MeasureInput, MeasureResult, Runner, remove_artifacts
 from .pool import CandidatePool, PhaseTimers, SearchCandidate
 from .strategy import SearchError, SearchStrategy
 
@@ -162,23 +164,25 @@ class LoopResult:
 class TuningLoop:
     """Runs the search for one workload (``space.func``) on ``space.target``.
 
-    ``builder``/``runner``: measurement (see the module text); ``make_input(func)``: wraps a
-    candidate program for them; ``database``: a records.Database (a MemoryDatabase when
+    ``builder``/``runner``: a :class:`~search.measure.Builder` and a
+    :class:`~search.measure.Runner`; ``database``: a records.Database (a MemoryDatabase when
     nothing is to be kept); ``batch_size``: candidates per measured batch; ``measure_config``:
     the settings stored with each record; ``warm_start``: best database records to resume
-    from; ``retrain_ratio``: see the module text; ``log``: see :func:`make_logger`."""
+    from; ``retrain_ratio``: see the module text; ``log``: see :func:`make_logger`;
+    ``seed_traces``: decided traces measured first (e.g. the default schedule)."""
 
     def __init__(self, space: DesignSpace, strategy: SearchStrategy, cost_model: CostModel,
-                 builder, runner, make_input: Callable[[PrimFunc], Any], database: Database,
-                 *, batch_size: int = 16, measure_config=None, warm_start: int = 64,
+                 builder: Builder, runner: Runner, database: Database, *,
+                 batch_size: int = 16, measure_config=None, warm_start: int = 64,
                  retrain_ratio: float = 0.25, log=None, seed_traces: Sequence[Trace] = ()):
-        if not isinstance(space, DesignSpace):
-            raise SearchError(f"TuningLoop needs a DesignSpace, got {type(space).__name__}")
-        if not isinstance(strategy, SearchStrategy):
-            raise SearchError(f"TuningLoop needs a SearchStrategy, got "
-                              f"{type(strategy).__name__}")
-        if not isinstance(cost_model, CostModel):
-            raise SearchError(f"TuningLoop needs a CostModel, got {type(cost_model).__name__}")
+        for name, obj, kind in (("space", space, DesignSpace),
+                                ("strategy", strategy, SearchStrategy),
+                                ("cost_model", cost_model, CostModel),
+                                ("builder", builder, Builder), ("runner", runner, Runner),
+                                ("database", database, Database)):
+            if not isinstance(obj, kind):
+                raise SearchError(f"TuningLoop: {name} must be a {kind.__name__}, got "
+                                  f"{type(obj).__name__}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise SearchError(f"TuningLoop: batch_size must be a positive int, got "
                               f"{batch_size!r}")
@@ -187,15 +191,11 @@ class TuningLoop:
                               f"{warm_start!r}")
         if not retrain_ratio >= 0:
             raise SearchError(f"TuningLoop: retrain_ratio must be >= 0, got {retrain_ratio!r}")
-        for name, obj, method in (("builder", builder, "build"), ("runner", runner, "run")):
-            if not callable(getattr(obj, method, None)):
-                raise SearchError(f"TuningLoop: the {name} has no {method}() method")
         self.space = space
         self.strategy = strategy
         self.model = cost_model
         self.builder = builder
         self.runner = runner
-        self.make_input = make_input
         self.database = database
         self.batch_size = batch_size
         self.measure_config = measure_config
@@ -207,12 +207,16 @@ class TuningLoop:
         self.target = space.target
         self.flops, self.bytes = workload_cost(space.func)
         self.pool: CandidatePool | None = None
+        self.result: LoopResult | None = None
         self._trained_rows = 0
         self._pending: list[tuple[SearchCandidate, float]] = []
-        # Decided traces measured first (e.g. the default schedule), so that a short tuning run
-        # never ends worse than the schedule a build would use without a record.
+        # Seeds are measured first, so that a short tuning run never ends worse than the
+        # schedule a build would use without a record.
         self.seed_traces = tuple(seed_traces)
         self._seeds: list[SearchCandidate] = []
+        self._start = 0.0
+        self._batches = 0
+        self._predictions: list[tuple[np.ndarray, np.ndarray, int]] = []
 
     def propose(self, count: int) -> list[SearchCandidate]:
         """The next candidates: the seed traces not measured yet, then the strategy's."""
@@ -221,7 +225,81 @@ class TuningLoop:
         rest = count - len(seeds)
         return seeds + (list(self.strategy.propose(rest)) if rest > 0 else [])
 
+    def measure_input(self, func: PrimFunc) -> MeasureInput:
+        """A candidate program of this loop as the builder and runner take it."""
+        return MeasureInput(func, self.target, self.workload.key, reference=self.space.func)
+
     # -- the run -------------------------------------------------------------------------------
+    def start(self) -> LoopResult:
+        """Begin a run: read the database (see the module text) and reset the run's result.
+        :meth:`step` starts the loop itself when needed; :meth:`run` always starts afresh."""
+        self._start = time.perf_counter()
+        key = self.database.commit_workload(self.workload)
+        self.result = LoopResult(key, str(self.target), flops=self.flops, bytes=self.bytes)
+        self._batches = 0
+        self._predictions = []
+        elites = self._resume(key, self.result)
+        best = min(elites, key=lambda c: c.seconds, default=None)
+        self.result.best = best
+        self.result.best_seconds = best.seconds if best is not None else math.inf
+        return self.result
+
+    def step(self, count: int | None = None) -> list[tuple[TrialResult, MeasureResult]]:
+        """Measure one batch of up to ``count`` new candidates (default ``batch_size``):
+        propose, score (held-out predictions), build and run, record in one transaction,
+        notify the strategy, retrain when enough new data came in.  Returns a (trial, result)
+        pair per candidate, empty when the design space gave nothing new (the run's result
+        is then marked ``exhausted``)."""
+        if self.result is None:
+            self.start()
+        count = self.batch_size if count is None else count
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise SearchError(f"step: count must be a positive int, got {count!r}")
+        result, key = self.result, self.result.workload_key
+        # 1. Propose (search), 2. score before measuring (held-out predictions).
+        t0, p0 = time.perf_counter(), self.timers["predict"]
+        batch = self.propose(count)
+        self.timers.add("search", time.perf_counter() - t0 - (self.timers["predict"] - p0))
+        batch = self._checked_batch(batch, count)
+        if not batch:
+            result.exhausted = True
+            return []
+        scores = self.pool.score(self.model, batch)
+        # 3. Build and run.
+        measured = self._measure(batch)
+        result.kernel_seconds += sum(r.kernel_seconds for r in measured)
+        # 4. Record, one transaction.
+        with self.timers.phase("db"):
+            self.database.commit_records([
+                r.to_record(key, self.target, c.final_trace, self.measure_config)
+                for c, r in zip(batch, measured)])
+        seconds = [math.inf if r.is_error else float(r.median) for r in measured]
+        for c, s in zip(batch, seconds):
+            self.pool.mark_measured(c, s)
+        self.strategy.notify(batch, seconds)
+        if self._trained_rows:
+            self._predictions.append((scores, np.asarray(seconds), self._batches))
+        # 5. Retrain (deferred; see the module text).
+        self._pending.extend(zip(batch, seconds))
+        if len(self._pending) >= max(len(batch), self.retrain_ratio * self._trained_rows):
+            self._retrain()
+        elapsed = time.perf_counter() - self._start
+        out = []
+        best = result.best
+        for c, r, s in zip(batch, measured, seconds):
+            if math.isfinite(s) and (best is None or s < best.seconds):
+                best = c
+            trial = TrialResult(len(result.trials) + 1, s, r.error_kind, c.origin, c.predicted,
+                                best.seconds if best is not None else math.inf, elapsed,
+                                c.trace_hash, c.program_hash)
+            result.trials.append(trial)
+            out.append((trial, r))
+        self._batches += 1
+        result.best = best
+        result.best_seconds = best.seconds if best is not None else math.inf
+        result.wall_seconds = elapsed
+        return out
+
     def run(self, trials: int, *, top_up: bool = False) -> LoopResult:
         """Measure up to ``trials`` new candidates (fewer when the space is exhausted).
 
@@ -233,73 +311,26 @@ class TuningLoop:
         never interrupted."""
         if not isinstance(trials, int) or isinstance(trials, bool) or trials < 0:
             raise SearchError(f"trials must be an int >= 0, got {trials!r}")
-        start = time.perf_counter()
-        key = self.database.commit_workload(self.workload)
-        result = LoopResult(key, str(self.target), flops=self.flops, bytes=self.bytes)
-        elites = self._resume(key, result)
+        result = self.start()
         # Progress lines count toward the budget what was stored before when topping up.
         stored = result.skipped_known if top_up else 0
         budget = max(0, trials - stored)
-        best = min(elites, key=lambda c: c.seconds, default=None)
-        kernel = 0.0
-        predictions: list[tuple[np.ndarray, np.ndarray, int]] = []
-        batch_no = 0
         while len(result.trials) < budget:
-            count = min(self.batch_size, budget - len(result.trials))
-            # 1. Propose (search), 2. score before measuring (held-out predictions).
-            t0, p0 = time.perf_counter(), self.timers["predict"]
-            batch = self.propose(count)
-            self.timers.add("search", time.perf_counter() - t0 - (self.timers["predict"] - p0))
-            batch = self._checked_batch(batch, count)
-            if not batch:
-                result.exhausted = True
+            measured = self.step(min(self.batch_size, budget - len(result.trials)))
+            if not measured:
                 self.log(f"[tune {self.workload.name}] the design space gave no new candidate; "
                          f"stopping after {len(result.trials)} trials")
                 break
-            scores = self.pool.score(self.model, batch)
-            # 3. Build and run.
-            measure_results = self._measure(batch)
-            kernel += sum(float(getattr(r, "kernel_seconds", 0.0)) for r in measure_results)
-            # 4. Record, one transaction.
-            with self.timers.phase("db"):
-                self.database.commit_records([
-                    TuningRecord.from_measure(key, self.target, c.final_trace, r,
-                                              self.measure_config)
-                    for c, r in zip(batch, measure_results)])
-            seconds = [math.inf if r.is_error else float(r.median) for r in measure_results]
-            for c, s in zip(batch, seconds):
-                self.pool.mark_measured(c, s)
-            self.strategy.notify(batch, seconds)
-            if self._trained_rows:
-                predictions.append((scores, np.asarray(seconds), batch_no))
-            # 5. Retrain (deferred; see the module text).
-            self._pending.extend(zip(batch, seconds))
-            if len(self._pending) >= max(len(batch), self.retrain_ratio * self._trained_rows):
-                self._retrain()
-            elapsed = time.perf_counter() - start
-            for c, r, s in zip(batch, measure_results, seconds):
-                if math.isfinite(s) and (best is None or s < best.seconds):
-                    best = c
-                result.trials.append(TrialResult(
-                    len(result.trials) + 1, s, r.error_kind, c.origin, c.predicted,
-                    best.seconds if best is not None else math.inf, elapsed, c.trace_hash,
-                    c.program_hash))
-            batch_no += 1
-            result.kernel_seconds = kernel
-            result.wall_seconds = elapsed
-            self._log_progress(result, batch, seconds, best, trials, stored)
+            self._log_progress(result, [r for _, r in measured], trials, stored)
         if self._pending:
             self._retrain()
-        result.best = best
-        result.best_seconds = best.seconds if best is not None else math.inf
-        result.kernel_seconds = kernel
-        result.wall_seconds = time.perf_counter() - start
+        result.wall_seconds = time.perf_counter() - self._start
         result.phase_seconds = self.timers.as_dict()
-        result.phase_seconds["kernel"] = kernel
-        if predictions:
-            s = np.concatenate([p[0] for p in predictions])
-            t = np.concatenate([p[1] for p in predictions])
-            g = np.concatenate([[p[2]] * len(p[0]) for p in predictions])
+        result.phase_seconds["kernel"] = result.kernel_seconds
+        if self._predictions:
+            s = np.concatenate([p[0] for p in self._predictions])
+            t = np.concatenate([p[1] for p in self._predictions])
+            g = np.concatenate([[p[2]] * len(p[0]) for p in self._predictions])
             result.model_accuracy = pairwise_accuracy(s, t, g.astype(str))
         return result
 
@@ -324,9 +355,7 @@ class TuningLoop:
             if elites:
                 self._pending.extend((c, c.seconds) for c in elites)
                 self._retrain()
-                seed_best = getattr(self.runner, "seed_best", None)
-                if callable(seed_best):
-                    seed_best(key, min(c.seconds for c in elites))
+                self.runner.seed_best(key, min(c.seconds for c in elites))
         self.strategy.initialize(self.pool, self.model, elites)
         for trace in self.seed_traces:
             sc = self.pool.replay(trace, origin="seed")
@@ -354,15 +383,15 @@ class TuningLoop:
                 out.append(c)
         return out
 
-    def _measure(self, batch: Sequence[SearchCandidate]) -> list:
-        inputs = [self.make_input(c.func) for c in batch]
+    def _measure(self, batch: Sequence[SearchCandidate]) -> list[MeasureResult]:
+        inputs = [self.measure_input(c.func) for c in batch]
         with self.timers.phase("build"):
             builds = self.builder.build(inputs)
         try:
             with self.timers.phase("run"):
                 results = self.runner.run(inputs, builds)
         finally:
-            _remove_artifacts(builds)
+            remove_artifacts(builds)
         if len(results) != len(batch):
             raise SearchError(f"the runner returned {len(results)} results for "
                               f"{len(batch)} candidates")
@@ -451,7 +480,7 @@ class TuningLoop:
                          f"replays ({type(err).__name__}: {err}); not re-measured")
         if not kept:
             return []
-        inputs = [self.make_input(f) for f in funcs]
+        inputs = [self.measure_input(f) for f in funcs]
         builds = self.builder.build(inputs)
         samples: list[list[float]] = [[] for _ in kept]
         failed: list[str | None] = [None] * len(kept)
@@ -459,13 +488,13 @@ class TuningLoop:
         try:
             for _ in range(rounds):
                 for i, r in enumerate(self.runner.run(inputs, builds)):
-                    kernel += float(getattr(r, "kernel_seconds", 0.0))
+                    kernel += r.kernel_seconds
                     if r.is_error:
                         failed[i] = failed[i] or f"{r.error_kind}: {r.error_msg}"
                     else:
                         samples[i].extend(r.run_times)
         finally:
-            _remove_artifacts(builds)
+            remove_artifacts(builds)
         self.timers.add("kernel_remeasure", kernel)
         out = []
         for rec, times, why in zip(kept, samples, failed):
@@ -489,24 +518,14 @@ class TuningLoop:
             return f"{self.flops / seconds / 1e9:.2f} GFLOPS ({seconds * 1e3:.3f} ms)"
         return f"{seconds * 1e3:.3f} ms"
 
-    def _log_progress(self, result: LoopResult, batch, seconds, best, trials: int,
+    def _log_progress(self, result: LoopResult, measured: Sequence[MeasureResult], trials: int,
                       stored: int = 0) -> None:
         phases = self.timers.as_dict()
         names = ("search", "predict", "build", "run", "db", "retrain")
         shown = "  ".join(f"{n} {phases.get(n, 0.0):.1f}s" for n in names)
-        errors = sum(1 for s in seconds if not math.isfinite(s))
+        errors = sum(1 for r in measured if r.is_error)
         done = stored + len(result.trials)
         self.log(f"[tune {self.workload.name}] trials {done}/{trials}  best "
-                 f"{self._perf(best.seconds if best is not None else math.inf)}  batch: "
-                 f"{len(batch) - errors} ok, {errors} errors  |  {shown}  |  outside kernels "
+                 f"{self._perf(result.best_seconds)}  batch: "
+                 f"{len(measured) - errors} ok, {errors} errors  |  {shown}  |  outside kernels "
                  f"{100 * result.overhead_share:.0f}% of {result.wall_seconds:.1f}s")
-
-
-def _remove_artifacts(builds) -> None:
-    for b in builds:
-        path = getattr(b, "artifact_path", None)
-        if path and os.path.isfile(path):
-            try:
-                os.remove(path)
-            except OSError:
-                pass

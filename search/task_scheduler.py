@@ -35,7 +35,8 @@ it): the batch in flight is always finished and committed, never cut in half.
 
 The per-task tuning loop (:class:`~search.loop.TuningLoop`) comes from ``make_loop(task)``, so
 this module, like the loop, never imports the builders and runners of ``autotune``.  Loops are
-made when a task is first scheduled and advanced one batch at a time (:class:`LoopRun`).
+made when a task is first scheduled and advanced one batch at a time
+(:meth:`~search.loop.TuningLoop.step`).
 """
 from __future__ import annotations
 
@@ -45,12 +46,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from records import Database, TuningRecord
+from records import Database
 
-from .loop import LoopResult, TrialResult, TuningLoop, make_logger
+from .loop import TuningLoop, make_logger
 from .strategy import SearchError
 
-__all__ = ["POLICIES", "LoopRun", "SchedulerResult", "SchedulerTask", "TaskScheduler",
+__all__ = ["POLICIES", "SchedulerResult", "SchedulerTask", "TaskScheduler",
            "estimated_latency"]
 
 POLICIES = ("gradient", "round-robin")
@@ -181,64 +182,6 @@ class SchedulerResult:
         return [t for t in self.tasks if t.status == "failed"]
 
 
-class LoopRun:
-    """A TuningLoop advanced one batch at a time (``TuningLoop.run`` measures all its trials
-    in one call; a scheduler interleaves tasks).  The steps are those of ``run``: resume from
-    the database once, then per batch propose, score, build and run, commit in one
-    transaction, notify the strategy and retrain when enough new data came in."""
-
-    def __init__(self, loop: TuningLoop):
-        if not isinstance(loop, TuningLoop):
-            raise SearchError(f"LoopRun needs a TuningLoop, got {type(loop).__name__}")
-        self.loop = loop
-        self.start = time.perf_counter()
-        self.key = loop.database.commit_workload(loop.workload)
-        self.result = LoopResult(self.key, str(loop.target), flops=loop.flops, bytes=loop.bytes)
-        elites = loop._resume(self.key, self.result)
-        self.best = min(elites, key=lambda c: c.seconds, default=None)
-
-    def step(self, count: int) -> list[tuple[TrialResult, object]]:
-        """Measure up to ``count`` new candidates; returns (trial, MeasureResult) pairs, empty
-        when the design space gave nothing new (``result.exhausted`` is then set)."""
-        loop, result = self.loop, self.result
-        t0, p0 = time.perf_counter(), loop.timers["predict"]
-        batch = loop.propose(count)
-        loop.timers.add("search", time.perf_counter() - t0 - (loop.timers["predict"] - p0))
-        batch = loop._checked_batch(batch, count)
-        if not batch:
-            result.exhausted = True
-            return []
-        loop.pool.score(loop.model, batch)
-        measured = loop._measure(batch)
-        result.kernel_seconds += sum(float(getattr(r, "kernel_seconds", 0.0)) for r in measured)
-        with loop.timers.phase("db"):
-            loop.database.commit_records([
-                TuningRecord.from_measure(self.key, loop.target, c.final_trace, r,
-                                          loop.measure_config)
-                for c, r in zip(batch, measured)])
-        seconds = [math.inf if r.is_error else float(r.median) for r in measured]
-        for c, s in zip(batch, seconds):
-            loop.pool.mark_measured(c, s)
-        loop.strategy.notify(batch, seconds)
-        loop._pending.extend(zip(batch, seconds))
-        if len(loop._pending) >= max(len(batch), loop.retrain_ratio * loop._trained_rows):
-            loop._retrain()
-        elapsed = time.perf_counter() - self.start
-        out = []
-        for c, r, s in zip(batch, measured, seconds):
-            if math.isfinite(s) and (self.best is None or s < self.best.seconds):
-                self.best = c
-            trial = TrialResult(len(result.trials) + 1, s, r.error_kind, c.origin, c.predicted,
-                                self.best.seconds if self.best is not None else math.inf,
-                                elapsed, c.trace_hash, c.program_hash)
-            result.trials.append(trial)
-            out.append((trial, r))
-        result.wall_seconds = elapsed
-        result.best = self.best
-        result.best_seconds = self.best.seconds if self.best is not None else math.inf
-        return out
-
-
 def _check_positive_int(name: str, value, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -322,7 +265,7 @@ class TaskScheduler:
         self.should_stop = should_stop or (lambda: False)
         self.log = make_logger(log)
         self.clock = clock
-        self.runs: dict[str, LoopRun] = {}
+        self.loops: dict[str, TuningLoop] = {}
         self.curve: list[tuple[float, int, float]] = []
         self.trials_run = 0
         self.started: float | None = None
@@ -520,11 +463,14 @@ class TaskScheduler:
     def _tune(self, task: SchedulerTask, count: int) -> None:
         begin = self.clock()
         try:
-            run = self.runs.get(task.key)
-            if run is None:
-                run = self.runs[task.key] = LoopRun(self.make_loop(task))
-            run_before = run.loop.timers["run"]
-            trials = run.step(count)
+            loop = self.loops.get(task.key)
+            if loop is None:
+                loop = self.loops[task.key] = self.make_loop(task)
+                if not isinstance(loop, TuningLoop):
+                    raise SearchError(f"make_loop gave a {type(loop).__name__}, not a "
+                                      f"TuningLoop")
+            run_before = loop.timers["run"]
+            trials = loop.step(count)
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as err:  # noqa: BLE001 - one task's failure must not stop the others
@@ -540,7 +486,7 @@ class TaskScheduler:
             self._emit("task", task)
             return
         task.status = "tuning"
-        ran = run.loop.timers["run"] - run_before
+        ran = loop.timers["run"] - run_before
         task.run_seconds += ran
         self._run_phase_seconds += ran
         self._batch_seconds += seconds
@@ -551,7 +497,7 @@ class TaskScheduler:
             if trial.error_kind is not None:
                 task.errors += 1
                 task.failing_streak += 1
-                task.last_error = f"{trial.error_kind}: {getattr(result, 'error_msg', '')}"
+                task.last_error = f"{trial.error_kind}: {result.error_msg}"
             else:
                 task.failing_streak = 0
         self._record_curve()
@@ -592,8 +538,8 @@ class TaskScheduler:
         self._emit("remeasure")
         target = str(self.target)
         for task in self.tasks:
-            run = self.runs.get(task.key)
-            if run is None or not task.run_trials or task.status == "failed":
+            loop = self.loops.get(task.key)
+            if loop is None or not task.run_trials or task.status == "failed":
                 continue
             if self.should_stop():
                 self.stopped = "interrupted"
@@ -601,7 +547,7 @@ class TaskScheduler:
             if self.deadline is not None and self.clock() >= self.deadline:
                 break
             try:
-                out[task.key] = run.loop.remeasure_top(self.remeasure_top, self.remeasure_rounds)
+                out[task.key] = loop.remeasure_top(self.remeasure_top, self.remeasure_rounds)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as err:  # noqa: BLE001 - the tuned records stay valid

@@ -5,11 +5,12 @@
         inputs = [MeasureInput(candidate, "llvm", key, reference=func) for candidate in batch]
         results = runner.run(inputs, builder.build(inputs))
 
-See :mod:`autotune.measure.base` for the interface a CUDA or distributed runner implements.
+The interface they implement (and a CUDA or distributed runner implements) is the measurement
+contract of :mod:`search.measure`, re-exported here.
 """
 from __future__ import annotations
 
-from .base import (
+from search.measure import (
     CHECK_MODES,
     ERROR_KINDS,
     Builder,
@@ -21,6 +22,7 @@ from .base import (
     measure,
     remove_artifacts,
 )
+
 from .builder import LocalBuilder
 from .runner import LocalRunner
 

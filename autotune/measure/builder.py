@@ -16,9 +16,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from search.measure import Builder, BuildResult, MeasureInput
 from tensor_ir.target import Target
 
-from .base import Builder, BuildResult, MeasureInput
 from .worker import WorkerProcess, wait_any
 
 __all__ = ["LocalBuilder"]

@@ -38,12 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tensor_ir.func import PrimFunc
-from tensor_ir.stmt import BufferStore
-from tensor_ir.target import Target
-from tensor_ir.visitor import walk
-
-from .base import (
+from search.measure import (
     BuildResult,
     MeasureConfig,
     MeasureInput,
@@ -51,6 +46,11 @@ from .base import (
     Runner,
     check_lengths,
 )
+from tensor_ir.func import PrimFunc
+from tensor_ir.stmt import BufferStore
+from tensor_ir.target import Target
+from tensor_ir.visitor import walk
+
 from .worker import WorkerProcess
 
 __all__ = ["LocalRunner", "param_spec", "workload_inputs"]

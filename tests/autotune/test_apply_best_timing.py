@@ -4,8 +4,8 @@ The timing half of the acceptance check ("the kernel's measured time is within 1
 record's") is a benchmark, not a test (the machine is shared and noisy):
 ``python -m benchmarks.apply_best``.  Here: the kernel built under the context is the best
 record's program, structurally, and computes the right result; a workload the tuning run never
-saw builds with its default schedule, warning once.  Tuning uses the offline builder and runner
-of tests.search.fakes so that the records' ranking is deterministic.
+saw builds with its default schedule, warning once.  Tuning uses the simulation builder and runner
+(search.simulation) so that the records' ranking is deterministic.
 """
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ import pytest
 import autotune
 from records import Database, Workload
 from schedules.space import DesignSpace
+from search.simulation import SimulationBuilder
 from tensor_ir import ops
 from tensor_ir.func import structural_equal
 from tensor_ir.lower import lower
-from tests.search.fakes import FakeBuilder, SyntheticRunner
+from tests.search.landscape import synthetic_runner
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def tuned(tmp_path_factory):
     func = ops.matmul(32, 32, 32)
     space = DesignSpace(func, "llvm")
     result = autotune.tune(func, "llvm", trials=16, database=str(path), batch_size=8, seed=0,
-                           builder=FakeBuilder(), runner=SyntheticRunner(space), space=space,
+                           builder=SimulationBuilder(), runner=synthetic_runner(space), space=space,
                            log=False)
     assert result.trials == 16 and result.best_schedule is not None
     return path, func, result

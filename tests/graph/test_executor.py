@@ -9,6 +9,7 @@ import pytest
 
 from autotune.executor import BenchmarkResult
 from autotune.model_build import MissingRecordWarning, build_model
+from search.measure import MeasureResult
 from tensor_ir.errors import BuildError
 
 from .helpers import TARGET, conv_bn_relu_model, random_inputs, sampled_lookup
@@ -130,11 +131,11 @@ def test_build_from_database():
 
     model = conv_bn_relu_model()
     db = records.MemoryDatabase()
-    result = records.MeasureResult(run_times=[1e-3], median=1e-3)
+    result = MeasureResult(run_times=[1e-3], median=1e-3)
     for task in extract_tasks(model):
         key = db.commit_workload(task.func)
         trace = DesignSpace(task.func, TARGET).sample(seed=1).final_trace
-        db.commit_records([records.TuningRecord.from_measure(key, TARGET, trace, result)])
+        db.commit_records([result.to_record(key, TARGET, trace)])
     lib = build_model(model, TARGET, database=db)
     assert lib.report.coverage == 1.0
     inputs = random_inputs(model)

@@ -6,7 +6,8 @@ import random
 from functools import lru_cache
 
 from benchmarks.db_write import candidate_traces, matmul_sketch
-from records import MeasureResult, TuningRecord
+from records import TuningRecord
+from search.measure import MeasureResult
 
 HOST = "llvm"  # resolves to this machine's canonical target string
 
@@ -43,7 +44,7 @@ def make_records(key: str, target, count: int, seed: int = 0, n: int = 64,
                                            number=2, checked=True)
         else:
             result = MeasureResult.error("crash", "kernel killed by SIGSEGV")
-        out.append(TuningRecord.from_measure(key, target, t, result, config or {"repeat": 3}))
+        out.append(result.to_record(key, target, t, config or {"repeat": 3}))
     return out
 
 

@@ -14,7 +14,6 @@ from records import (
     SCHEMA_VERSION,
     Database,
     DatabaseError,
-    MeasureResult,
     MemoryDatabase,
     RecordsWarning,
     TuningRecord,
@@ -24,6 +23,7 @@ from records import (
 )
 from records.database import _MIGRATIONS, APPLICATION_ID
 from schedules import Trace
+from search.measure import MeasureResult
 from tensor_ir import ops
 from tensor_ir.func import structural_equal
 from tensor_ir.target import Target
@@ -80,7 +80,7 @@ def test_records_round_trip_every_field(db, workload):
     back_ok, back_err = db.records(key)
     assert back_ok == ok and back_err == crashed   # equality covers every measured field
     assert back_ok.target == str(Target(HOST))     # stored canonical
-    assert back_ok.measure_result == MeasureResult(
+    assert MeasureResult.from_record(back_ok) == MeasureResult(
         list(ok.run_times), ok.median, number=2, checked=True)
     assert back_err.is_error and back_err.median == math.inf and back_err.run_times == ()
     assert back_err.error_msg == "kernel killed by SIGSEGV"
@@ -415,13 +415,14 @@ def test_tuning_record_validation():
         TuningRecord.from_json(changed)
 
 
-def test_measure_result_lives_in_records_and_is_re_exported():
+def test_measurement_contract_lives_in_search_and_is_re_exported():
     import autotune.measure
-    import autotune.measure.base
     import records
+    import search.measure
 
-    assert autotune.measure.MeasureResult is records.MeasureResult
-    assert autotune.measure.base.ERROR_KINDS is records.ERROR_KINDS
+    assert autotune.measure.MeasureResult is search.measure.MeasureResult
+    assert autotune.measure.Runner is search.measure.Runner
+    assert search.measure.ERROR_KINDS is records.ERROR_KINDS
 
 
 def test_nothing_in_records_can_execute_stored_data():

@@ -2,7 +2,7 @@
 tuning different workloads into one file at once.
 
 The runs are real ``autotune.tune`` calls on a matmul design space; only measurement is
-offline (tests.search.fakes: a builder that compiles nothing and a runner whose times are a
+offline (search.simulation, with the landscape of tests.search.landscape: times are a
 deterministic function of the program), so every process of a test sees the same costs and a
 fixed seed gives the same search.  The child processes print the trace hashes of every batch
 after its commit returned, which is what "committed before the kill" means here.
@@ -21,8 +21,9 @@ from pathlib import Path
 import autotune
 from records import Database, Workload
 from schedules.space import DesignSpace
+from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
-from tests.search.fakes import FakeBuilder, SyntheticRunner
+from tests.search.landscape import FeatureDistance, synthetic_runner
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = 8
@@ -40,13 +41,13 @@ class _LoggedDatabase(Database):
         return added
 
 
-class _SlowRunner(SyntheticRunner):
+class _SlowRunner(SimulationRunner):
     """The synthetic runner, ``delay`` seconds per batch after its first ``fast`` batches:
     a kill after the ``fast``-th commit then lands before the next one (in retraining,
     search or this sleep: "mid-run"), however slowly the killing process reacts."""
 
     def __init__(self, space, fast: int, delay: float):
-        super().__init__(space)
+        super().__init__(FeatureDistance(space))
         self.fast, self.delay = fast, delay
 
     def run(self, inputs, builds):
@@ -68,7 +69,7 @@ def _tune_child(path: str, n: str, trials: str, fast: str, delay: str, go_file: 
             raise SystemExit(f"the go file {go_file} never appeared")
         time.sleep(0.002)
     result = autotune.tune(func, "llvm", trials=int(trials), database=db, batch_size=BATCH,
-                           seed=0, builder=FakeBuilder(), runner=runner, space=space,
+                           seed=0, builder=SimulationBuilder(), runner=runner, space=space,
                            log=False)
     db.close()
     print("done " + json.dumps({"trials": result.trials, "previous": result.previous_trials,
@@ -129,11 +130,11 @@ def test_killed_tuning_run_resumes_without_repeats_and_ends_at_the_budget(tmp_pa
     # 3. Resume with the same call: it tops the stored trials up to the budget, measuring
     # nothing that was measured before.
     space = DesignSpace(func, "llvm")
-    runner = SyntheticRunner(space)
+    runner = synthetic_runner(space)
     progress: list[str] = []
     with Database(path) as db:
         result = autotune.tune(func, "llvm", trials=budget, database=db, batch_size=BATCH,
-                               seed=0, builder=FakeBuilder(), runner=runner, space=space,
+                               seed=0, builder=SimulationBuilder(), runner=runner, space=space,
                                log=progress.append)
         after = _stored_hashes(db, func)
         assert db.integrity_check() == []
@@ -154,11 +155,11 @@ def test_killed_tuning_run_resumes_without_repeats_and_ends_at_the_budget(tmp_pa
 
     # 4. Asked again for the same budget it measures nothing; top_up=False asks for more.
     again = autotune.tune(func, "llvm", trials=budget, database=str(path), batch_size=BATCH,
-                          seed=0, builder=FakeBuilder(), runner=runner, space=space,
+                          seed=0, builder=SimulationBuilder(), runner=runner, space=space,
                           log=False, remeasure_top=0)
     assert again.trials == 0 and again.previous_trials == budget
     more = autotune.tune(func, "llvm", trials=BATCH, database=str(path), batch_size=BATCH,
-                         seed=0, builder=FakeBuilder(), runner=runner, space=space,
+                         seed=0, builder=SimulationBuilder(), runner=runner, space=space,
                          log=False, remeasure_top=0, top_up=False)
     assert more.trials == BATCH and more.previous_trials == budget
     with Database(path) as db:

@@ -21,9 +21,10 @@ from search.mutators import (
     default_mutators,
     mutate,
 )
+from search.simulation import SimulationBuilder
 from tensor_ir import ops
 
-from .fakes import FakeBuilder, SyntheticRunner, small_matmul
+from .landscape import small_matmul, synthetic_runner
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +34,13 @@ def space():
 
 @pytest.fixture(scope="module")
 def runner(space):
-    return SyntheticRunner(space)
+    return synthetic_runner(space)
 
 
 def run_search(space, runner, kind, seed, trials=48, batch_size=8, **options):
     loop = search.TuningLoop(space, search.create(kind, seed=seed, **options),
-                             cost_models.create("xgb", seed=seed), FakeBuilder(), runner,
-                             lambda f: f, MemoryDatabase(), batch_size=batch_size, log=False)
+                             cost_models.create("xgb", seed=seed), SimulationBuilder(), runner,
+                             MemoryDatabase(), batch_size=batch_size, log=False)
     return loop, loop.run(trials)
 
 

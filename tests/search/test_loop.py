@@ -11,9 +11,10 @@ import cost_models
 import search
 from records import Database, MemoryDatabase, Workload, trace_hash
 from schedules.space import DesignSpace
+from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
 
-from .fakes import FakeBuilder, SyntheticRunner, small_matmul
+from .landscape import FeatureDistance, small_matmul, synthetic_runner
 
 
 @pytest.fixture(scope="module")
@@ -23,19 +24,19 @@ def space():
 
 @pytest.fixture(scope="module")
 def runner(space):
-    return SyntheticRunner(space)
+    return synthetic_runner(space)
 
 
 def make_loop(space, runner, database=None, seed=0, kind="evolutionary", batch_size=8,
               log=False, **loop_options):
     return search.TuningLoop(space, search.create(kind, seed=seed),
-                             cost_models.create("xgb", seed=seed), FakeBuilder(), runner,
-                             lambda f: f, database if database is not None else MemoryDatabase(),
+                             cost_models.create("xgb", seed=seed), SimulationBuilder(), runner,
+                             database if database is not None else MemoryDatabase(),
                              batch_size=batch_size, log=log, **loop_options)
 
 
 def test_never_measures_the_same_program_twice(space):
-    runner = SyntheticRunner(space)
+    runner = synthetic_runner(space)
     result = make_loop(space, runner).run(64)
     assert len(result.trials) == 64
     programs = [f.structural_hash() for f in runner.ran]
@@ -46,7 +47,7 @@ def test_never_measures_the_same_program_twice(space):
 def test_small_space_is_exhausted_without_repeats():
     func = ops.relu((4,))
     sp = DesignSpace(func, "llvm")
-    runner = SyntheticRunner(sp, samples=8)
+    runner = synthetic_runner(sp, samples=8)
     result = make_loop(sp, runner, batch_size=3).run(50)
     assert result.exhausted
     programs = [f.structural_hash() for f in runner.ran]
@@ -85,7 +86,7 @@ def test_resume_skips_measured_and_continues_from_the_best(space, runner, tmp_pa
 
 
 def test_errors_are_recorded_and_the_search_goes_on(space):
-    runner = SyntheticRunner(space, fail_every=5)
+    runner = synthetic_runner(space, fail_every=5)
     db = MemoryDatabase()
     result = make_loop(space, runner, db).run(20)
     assert result.errors == 4
@@ -131,12 +132,14 @@ def test_heldout_accuracy_judges_the_trained_model_on_unseen_programs(space, run
         loop.heldout_accuracy(1)
 
 
-class LuckyRunner(SyntheticRunner):
+class LuckyRunner(SimulationRunner):
     """The first ``lucky`` programs it sees are measured absurdly fast once (a noise spike);
     every later run of them shows their true, slow time."""
 
     def __init__(self, space, lucky: int = 1):
-        super().__init__(space)
+        self.landscape = FeatureDistance(space)
+        super().__init__(self.landscape)
+        self.base = self.landscape.base
         self.lucky_count = lucky
         self.lucky: list[str] = []
         self.runs: dict[str, int] = {}
@@ -145,21 +148,21 @@ class LuckyRunner(SyntheticRunner):
     def runs_of_lucky(self) -> int:
         return self.runs.get(self.lucky[0], 0) if self.lucky else 0
 
-    def cost(self, func):
-        h = func.structural_hash()
+    def cost(self, inp):
+        h = inp.func.structural_hash()
         if len(self.lucky) < self.lucky_count and h not in self.lucky:
             self.lucky.append(h)
         if h in self.lucky:
             self.runs[h] = self.runs.get(h, 0) + 1
             return self.base * (0.1 if self.runs[h] == 1 else 100.0)
-        return super().cost(func)
+        return super().cost(inp)
 
 
 def test_remeasuring_the_top_keeps_the_best_median(space):
     runner = LuckyRunner(space)
     db = MemoryDatabase()
     result = autotune.tune(space.func, "llvm", trials=16, database=db, batch_size=8,
-                           builder=FakeBuilder(), runner=runner, space=space, log=False,
+                           builder=SimulationBuilder(), runner=runner, space=space, log=False,
                            remeasure_top=3, remeasure_rounds=3)
     key = Workload(space.func).key
     # Before: the lucky record ranked first.  It was re-measured (3 rounds, interleaved with
@@ -183,7 +186,7 @@ def test_best_reported_is_always_re_measured(space):
     runner = LuckyRunner(space, lucky=3)
     db = MemoryDatabase()
     result = autotune.tune(space.func, "llvm", trials=16, database=db, batch_size=8,
-                           builder=FakeBuilder(), runner=runner, space=space, log=False,
+                           builder=SimulationBuilder(), runner=runner, space=space, log=False,
                            remeasure_top=3, remeasure_rounds=2)
     best = db.best(Workload(space.func).key, "llvm")
     assert best.remeasure_count >= 1
@@ -198,9 +201,9 @@ def test_loop_rejects_bad_arguments(space, runner):
         make_loop(space, runner, batch_size=0)
     with pytest.raises(search.SearchError, match="trials"):
         make_loop(space, runner).run(-1)
-    with pytest.raises(search.SearchError, match="no build"):
+    with pytest.raises(search.SearchError, match="builder must be a Builder"):
         search.TuningLoop(space, search.create("random"), cost_models.create("random"),
-                          object(), runner, lambda f: f, MemoryDatabase())
+                          object(), runner, MemoryDatabase())
 
 
 def test_seed_traces_are_measured_first_and_once(space, tmp_path):
@@ -210,12 +213,12 @@ def test_seed_traces_are_measured_first_and_once(space, tmp_path):
     default = heuristic_trace(space.func, space.target)
     assert default is not None
     expected = space.replay(default).func
-    runner = SyntheticRunner(space)
+    runner = synthetic_runner(space)
     db = Database(str(tmp_path / "seed.db"))
     result = make_loop(space, runner, db, seed_traces=[default]).run(8)
     assert result.trials[0].origin == "seed"
     assert structural_equal(runner.ran[0], expected)
     # A second run with the same database does not measure the seed again.
-    runner2 = SyntheticRunner(space)
+    runner2 = synthetic_runner(space)
     make_loop(space, runner2, db, seed_traces=[default]).run(8)
     assert not any(structural_equal(f, expected) for f in runner2.ran)

@@ -13,17 +13,16 @@ import pytest
 
 import cost_models
 import search
-from records import MeasureResult, MemoryDatabase
+from records import MemoryDatabase
 from schedules.space import DesignSpace
+from search.measure import MeasureResult
+from search.simulation import SimulationBuilder, SimulationRunner
 from search.task_scheduler import (
-    LoopRun,
     SchedulerTask,
     TaskScheduler,
     estimated_latency,
 )
 from tensor_ir import ops
-
-from .fakes import FakeBuilder
 
 
 class FakeClock:
@@ -34,34 +33,26 @@ class FakeClock:
         return self.now
 
 
-class TaskRunner:
+class TaskRunner(SimulationRunner):
     """Synthetic times per task key (see the module text).  Keys in ``fail`` always fail to
     build; keys in ``flat`` always take exactly their base time (nothing to improve); each
     candidate advances ``clock`` by ``step`` seconds."""
 
     def __init__(self, base: dict, fail=(), flat=(), clock: FakeClock | None = None,
                  step: float = 0.0):
+        super().__init__(repeat=2)
         self.base, self.fail, self.flat = base, set(fail), set(flat)
         self.clock, self.step = clock, step
-        self.calls: list[str] = []
 
-    def seed_best(self, key, seconds):
-        pass
-
-    def run(self, inputs, builds):
-        out = []
-        for key, func in inputs:
-            self.calls.append(key)
-            if self.clock is not None:
-                self.clock.now += self.step
-            if key in self.fail:
-                out.append(MeasureResult.error("build", "synthetic: the compiler refused it"))
-                continue
-            digest = hashlib.sha256(func.structural_hash().encode()).digest()
-            factor = 1.0 if key in self.flat else 1.0 + digest[0] / 256
-            t = self.base[key] * factor
-            out.append(MeasureResult.success([t, t], number=1, checked=True, kernel_seconds=t))
-        return out
+    def cost(self, inp):
+        key = inp.workload_key
+        if self.clock is not None:
+            self.clock.now += self.step
+        if key in self.fail:
+            return MeasureResult.error("build", "synthetic: the compiler refused it")
+        digest = hashlib.sha256(inp.func.structural_hash().encode()).digest()
+        factor = 1.0 if key in self.flat else 1.0 + digest[0] / 256
+        return self.base[key] * factor
 
 
 def make_tasks(weights=(4, 1, 1)):
@@ -80,8 +71,8 @@ def make_factory(db, runner, fail_space=()):
             raise search.SearchError("synthetic: no sketch for this function")
         space = DesignSpace(task.func, "llvm")
         return search.TuningLoop(space, search.create("random", seed=0),
-                                 cost_models.create("random", seed=0), FakeBuilder(), runner,
-                                 lambda f, key=task.key: (key, f), db, batch_size=4, log=False)
+                                 cost_models.create("random", seed=0), SimulationBuilder(),
+                                 runner, db, batch_size=4, log=False)
     return make_loop
 
 
@@ -275,12 +266,11 @@ def test_loop_run_steps_match_the_loop():
     db = MemoryDatabase()
     loop = make_factory(db, runner)(SchedulerTask("m", func.structural_hash(), 1, 1.0,
                                                   func=func))
-    run = LoopRun(loop)
-    first = run.step(3)
-    second = run.step(5)
+    first = loop.step(3)
+    second = loop.step(5)
     assert [t.index for t, _ in first + second] == list(range(1, 9))
     assert db.count(func.structural_hash()) == 8
-    assert run.result.best_seconds == min(t.seconds for t, _ in first + second)
+    assert loop.result.best_seconds == min(t.seconds for t, _ in first + second)
 
 
 def test_bad_arguments_are_named():

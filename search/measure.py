@@ -1,29 +1,32 @@
-"""The measurement interface: what a builder and a runner take and return.
+"""The measurement contract: what a builder and a runner take and return.
 
-A tuning loop measures candidates in batches::
+The tuning loop measures candidates in batches::
 
     inputs  = [MeasureInput(func, target, workload_key, reference=workload_func), ...]
     builds  = builder.build(inputs)           # list[BuildResult], one per input, same order
     results = runner.run(inputs, builds)      # list[MeasureResult], one per input, same order
 
+The contract lives here, beside the loop that consumes it, so the loop can check what it is
+given; the implementations live above: ``autotune.measure`` (a local process pool and an
+isolated worker process), and GPU or cluster runners implement the same two ABCs.  The
+simulation runner of :mod:`search.simulation` implements it without running anything.
+
 A candidate is a scheduled, un-lowered PrimFunc; nothing here knows about schedules or traces.
 Every failure is a result, never an exception: a build error, a time-out, a crashed kernel, a
 wrong answer each come back as a ``MeasureResult`` with ``error_kind`` set and a readable
 ``error_msg``.  Exceptions are left for misuse (mismatched list lengths, a closed runner).
-``MeasureResult`` and ``ERROR_KINDS`` live in :mod:`records.record` (the database stores them
-and sits below this package) and are re-exported here.
-
-Implementations: ``LocalBuilder`` (process pool) and ``LocalRunner`` (isolated worker process)
-here; a CUDA runner and a distributed runner implement the same two ABCs.
 """
 from __future__ import annotations
 
+import math
 import os
+import statistics
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from records.record import ERROR_KINDS, MeasureResult
+from records import ERROR_KINDS, TuningRecord, canonical_target, host_name, library_version
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
@@ -36,7 +39,9 @@ __all__ = [
     "MeasureInput",
     "MeasureResult",
     "Runner",
+    "check_lengths",
     "measure",
+    "remove_artifacts",
 ]
 
 # When outputs are compared with the reference.  "best": the first candidate of each workload
@@ -47,7 +52,8 @@ CHECK_MODES = ("best", "all", "none")
 
 @dataclass(frozen=True)
 class MeasureConfig:
-    """How candidates are timed.
+    """How candidates are timed (every runner follows this protocol; it is stored with each
+    record).
 
     number         calls per repeat to start from; grown until a repeat lasts min_repeat_ms.
     repeat         timed repeats; the median of their per-call times is the result.
@@ -103,8 +109,8 @@ class MeasureConfig:
 
 @dataclass(frozen=True)
 class MeasureInput:
-    """One candidate: a scheduled (un-lowered) PrimFunc, the target, and the workload it
-    implements.  ``reference`` is the workload's own definition (typically the unscheduled
+    """One candidate: a scheduled (un-lowered) PrimFunc, the target (a string is resolved
+    here), and the workload it implements.  ``reference`` is the workload's own definition (typically the unscheduled
     PrimFunc from ``te.create_prim_func``); its outputs on the runner's fixed random inputs are
     what candidates are checked against.  Without it, outputs are not checked."""
 
@@ -114,8 +120,12 @@ class MeasureInput:
     reference: PrimFunc | None = None
 
     def __post_init__(self):
-        if not isinstance(self.target, Target):
+        if isinstance(self.target, str):
+            # A user writing a batch by hand names the target; it is resolved once, here.
             object.__setattr__(self, "target", Target(self.target))
+        if not isinstance(self.target, Target):
+            raise TypeError(f"MeasureInput.target must be a Target or a target string, got "
+                            f"{type(self.target).__name__}")
         if not isinstance(self.func, PrimFunc):
             raise TypeError(f"MeasureInput.func must be a PrimFunc, got "
                             f"{type(self.func).__name__}")
@@ -125,19 +135,120 @@ class MeasureInput:
 
 @dataclass(frozen=True)
 class BuildResult:
-    """A built candidate: the path of its artifact (an object file), or why there is none."""
+    """A built candidate: the path of its artifact (an object file, a CUDA module), or why
+    there is none.  A builder for a runner that loads nothing (a simulator) gives neither."""
 
     artifact_path: str | None
     error: str | None
-    build_seconds: float
+    build_seconds: float = 0.0
 
     def __post_init__(self):
-        if (self.artifact_path is None) == (self.error is None):
-            raise ValueError("BuildResult holds exactly one of artifact_path and error")
+        if self.artifact_path is not None and self.error is not None:
+            raise ValueError("BuildResult holds an artifact_path or an error, not both")
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """The outcome of measuring one candidate.
+
+    run_times      seconds per call, one entry per repeat (empty on error).
+    median         median of run_times; math.inf on error, so errors sort last.
+    error_kind     None, or one of ERROR_KINDS.
+    error_msg      readable cause ("wrong result: max abs diff 3.2 at C[4, 7] ...").
+    number         calls per repeat that were timed.
+    checked        whether the outputs were compared with the reference (and matched).
+    stopped_early  the slow-candidate rule or the time-out budget cut the repeats short.
+    build_seconds  time the builder spent on the candidate.
+    run_seconds    wall time the runner spent on the candidate, overhead included.
+    kernel_seconds time spent inside the kernel itself (warm-up, repeats, check run).
+    """
+
+    run_times: list[float]
+    median: float
+    error_kind: str | None = None
+    error_msg: str | None = None
+    number: int = 0
+    checked: bool = False
+    stopped_early: bool = False
+    build_seconds: float = 0.0
+    run_seconds: float = 0.0
+    kernel_seconds: float = 0.0
+
+    def __post_init__(self):
+        if self.error_kind is not None and self.error_kind not in ERROR_KINDS:
+            raise ValueError(f"unknown error kind {self.error_kind!r}; expected one of "
+                             f"{', '.join(ERROR_KINDS)}")
+
+    @property
+    def is_error(self) -> bool:
+        return self.error_kind is not None
+
+    @staticmethod
+    def error(kind: str, message: str, build_seconds: float = 0.0,
+              run_seconds: float = 0.0, kernel_seconds: float = 0.0) -> MeasureResult:
+        return MeasureResult([], math.inf, kind, message, build_seconds=build_seconds,
+                             run_seconds=run_seconds, kernel_seconds=kernel_seconds)
+
+    @staticmethod
+    def success(run_times: Sequence[float], number: int, checked: bool,
+                stopped_early: bool = False, build_seconds: float = 0.0,
+                run_seconds: float = 0.0, kernel_seconds: float = 0.0) -> MeasureResult:
+        times = [float(t) for t in run_times]
+        if not times:
+            raise ValueError("a successful MeasureResult needs at least one run time")
+        return MeasureResult(times, statistics.median(times), None, None, number, checked,
+                             stopped_early, build_seconds, run_seconds, kernel_seconds)
+
+    def to_json(self) -> dict:
+        """JSON-compatible dict (math.inf becomes None)."""
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["median"] = None if math.isinf(self.median) else self.median
+        out["run_times"] = list(self.run_times)
+        return out
+
+    @staticmethod
+    def from_json(data: dict) -> MeasureResult:
+        values = dict(data)
+        unknown = set(values) - set(MeasureResult.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"MeasureResult JSON has unknown fields: {', '.join(sorted(unknown))}")
+        values["run_times"] = [float(t) for t in values.get("run_times", [])]
+        values["median"] = math.inf if values.get("median") is None else float(values["median"])
+        return MeasureResult(**values)
+
+    # -- as the database keeps it ---------------------------------------------------------------
+    def to_record(self, workload_key: str, target: Target | str, trace, config=None, *,
+                  host: str | None = None, version: str | None = None,
+                  timestamp: float | None = None) -> TuningRecord:
+        """The record of this measurement: ``trace`` produced the program measured on
+        ``target`` with settings ``config`` (a MeasureConfig).  The target is canonicalised
+        here (this is the machine that resolved it); host, version and timestamp default to
+        this process's."""
+        details = {name: getattr(self, name) for name in _DETAIL_FIELDS}
+        return TuningRecord(
+            workload_key, canonical_target(target), trace, run_times=tuple(self.run_times),
+            median=None if self.is_error else self.median,
+            error_kind=self.error_kind, error_msg=self.error_msg,
+            host=host_name() if host is None else host,
+            version=library_version() if version is None else version,
+            timestamp=time.time() if timestamp is None else timestamp,
+            config=config, details=details)
+
+    @staticmethod
+    def from_record(record: TuningRecord) -> MeasureResult:
+        """The MeasureResult ``record`` was made from."""
+        known = {k: v for k, v in record.details.items() if k in _DETAIL_FIELDS}
+        return MeasureResult(list(record.run_times), record.median, record.error_kind,
+                             record.error_msg, **known)
+
+
+# The MeasureResult fields a TuningRecord keeps in its ``details`` (the rest are first-class).
+_DETAIL_FIELDS = ("number", "checked", "stopped_early", "build_seconds", "run_seconds",
+                  "kernel_seconds")
 
 
 class Builder(ABC):
@@ -160,13 +271,20 @@ class Builder(ABC):
 
 class Runner(ABC):
     """Times built candidates and checks their outputs.  ``run`` never raises for a bad
-    candidate: a crash, a hang or a wrong answer is a MeasureResult with an error kind."""
+    candidate: a crash, a hang or a wrong answer is a MeasureResult with an error kind.
+    ``config`` is the timing protocol the runner follows (stored with each record)."""
+
+    config: MeasureConfig | None = None
 
     @abstractmethod
     def run(self, inputs: Sequence[MeasureInput],
             builds: Sequence[BuildResult]) -> list[MeasureResult]:
         """Measure ``inputs[i]`` using ``builds[i]``; the result list is in input order.  A
         failed build gives an error result of kind "build" without running anything."""
+
+    def seed_best(self, workload_key: str, seconds: float) -> None:
+        """A best time known from earlier (a resumed database) for the workload: a runner
+        that cuts slow candidates short or checks only new bests may use it."""
 
     def close(self) -> None:
         """Stop worker processes."""
@@ -183,10 +301,14 @@ def measure(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput],
     """Build and run one batch; artifacts are deleted afterwards unless ``keep_artifacts``."""
     builds = builder.build(inputs)
     try:
-        return runner.run(inputs, builds)
+        results = runner.run(inputs, builds)
     finally:
         if not keep_artifacts:
             remove_artifacts(builds)
+    if len(results) != len(inputs):
+        raise ValueError(f"the runner returned {len(results)} results for {len(inputs)} "
+                         f"candidates")
+    return results
 
 
 def remove_artifacts(builds: Sequence[BuildResult]) -> None:
