@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from tensor_ir.target import Target, TargetError
 
-from .build import Kernel, ParamSpec, build, load_module, parse_target
+from .api import build
+from .build import Kernel, ParamSpec, load_module, parse_target
 from .executor import BenchmarkResult, BuildReport, Executor
 from .frontends import load_model
 from .graph import Model

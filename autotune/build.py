@@ -147,15 +147,21 @@ class Kernel:
             ptr = a.ctypes.data
             pointers.append(ptr)
             if a.nbytes:
-                spans.append((ptr, ptr + a.nbytes, spec.name))
-        # The kernel's pointer arguments are noalias: overlapping arrays would give
-        # undefined results, so refuse them.
+                spans.append((ptr, ptr + a.nbytes, spec.name, spec.written))
+        # The kernel's pointer arguments are noalias: an array that is written must not
+        # overlap any other, or the results are undefined.  Arrays that are only read may
+        # share memory (the same array for two inputs): noalias promises nothing about memory
+        # that no one writes.
         if len(spans) > 1:
             spans.sort()
-            for (_, end, name), (start, _, other) in zip(spans, spans[1:]):
-                if start < end:
-                    raise BuildError(f"kernel {self.entry_name}: arrays for parameters {name} "
-                                     f"and {other} overlap in memory; pass distinct arrays")
+            for i, (_, end, name, written) in enumerate(spans):
+                for start, _, other, other_written in spans[i + 1:]:
+                    if start >= end:
+                        break
+                    if written or other_written:
+                        raise BuildError(f"kernel {self.entry_name}: arrays for parameters "
+                                         f"{name} and {other} overlap in memory and one of "
+                                         f"them is written; pass distinct arrays")
         return pointers
 
     # -- source and export ----------------------------------------------------------------------
@@ -216,21 +222,11 @@ def link_shared(object_code: bytes, path: str) -> None:
 
 def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None = None) -> Kernel:
     """Lower ``func`` (when it is not lowered yet), generate LLVM code for ``target`` and
-    compile it.  ``name`` is the kernel's symbol (default: ``func.name``)."""
-    from .history import current
-
-    context = current()
+    compile it, as scheduled: no record is looked up here (``autotune.build`` does that under
+    ``apply_history_best``).  ``name`` is the kernel's symbol (default: ``func.name``)."""
     if not isinstance(func, PrimFunc):
-        from .graph.ir import Model
-
-        if isinstance(func, Model):
-            return _build_model_under(func, target, context)
-        raise BuildError(f"build takes a PrimFunc or a Model, got {type(func).__name__}")
+        raise BuildError(f"build takes a PrimFunc, got {type(func).__name__}")
     llvm_target, _ = parse_target(target)
-    if context is not None and not func.attr("lowered"):
-        scheduled = context.lookup(func, "llvm" if target is None else target)
-        if scheduled is not None:
-            func = scheduled
     lowered, options, compiled = _compile(func, target, name)
     if not llvm_target.is_host:
         meta = param_metadata(lowered, symbol_name(name or lowered.name), options)
@@ -241,8 +237,6 @@ def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None
     meta = _parse_meta(jit.read_string(META_SYMBOL), "the built module")
     return Kernel(meta, jit.function_address(meta["entry"]), jit, compiled=compiled,
                   func=lowered)
-
-
 
 
 def _compile(func: PrimFunc, target, name: str | None):
@@ -261,37 +255,6 @@ def build_object(func: PrimFunc, target: str | Target | None = "llvm",
     if not isinstance(func, PrimFunc):
         raise BuildError(f"build_object takes a PrimFunc, got {type(func).__name__}")
     return _compile(func, target, name)[2].object_code
-
-
-def _build_model_under(model, target, context):
-    """A model build: every fused function takes its best record from the active
-    apply_history_best context (default schedules otherwise)."""
-    from .model_build import build_model
-
-    target = "llvm" if target is None else target
-    if context is None:
-        return build_model(model, target)
-    before = len(context.entries)
-    strict = context.strict
-    context.strict = False  # collect every missing workload, then raise once naming them all
-    from .history import suspended
-
-    try:
-        # The fused functions are compiled after their records are applied: those inner
-        # builds must not look the scheduled functions up again.
-        with suspended():
-            lib = build_model(model, target, lookup=lambda f: context.lookup(f, target),
-                              warn=False)
-    finally:
-        context.strict = strict
-    missing = [e for e in context.entries[before:] if not e.served]
-    if strict and missing:
-        from .history import MissingRecordError
-
-        names = ", ".join(f"{e.name} [{e.workload_key[:12]}]" for e in missing)
-        raise MissingRecordError(f"apply_history_best(strict=True): {len(missing)} workload(s) "
-                                 f"of {model.name} have no tuning record for {target}: {names}")
-    return lib
 
 
 def load_module(path: str | os.PathLike) -> Kernel:

@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from records import Database, Workload
+from schedules.postproc import replay
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
@@ -64,19 +66,17 @@ class ApplyHistoryBest:
             self.database.close()
 
     # -- lookup ---------------------------------------------------------------------------------
-    def lookup(self, func: PrimFunc, target) -> PrimFunc | None:
+    def lookup(self, func: PrimFunc, target: Target) -> PrimFunc | None:
         """The function scheduled by its best record for ``target``, or None (recorded in the
         coverage, warned about once; raises in strict mode)."""
-        from records import Workload
-
         workload = Workload(func)
-        target_str = str(Target(target))
+        target_str = str(target)
         best = self.database.best_k(workload.key, target_str, 1,
                                     compatible_targets=self.compatible_targets)
         reason = "no tuning record for this workload and target"
         for record in best:
             try:
-                scheduled = record.trace().apply(func).func
+                scheduled = replay(record.trace(), func, target).func
             except Exception as err:  # noqa: BLE001 - a stale record must not stop a build
                 reason = f"best record {record.record_id} does not replay: {err}"
                 continue
@@ -124,19 +124,6 @@ def _stack() -> list:
     return stack
 
 
-class suspended:
-    """Hide the active contexts of this thread (for builds of functions that are already
-    scheduled, e.g. the fused functions of a model whose records were just applied)."""
-
-    def __enter__(self):
-        self._saved = list(_stack())
-        _stack().clear()
-        return self
-
-    def __exit__(self, *exc):
-        _stack()[:] = self._saved
-
-
 def current() -> ApplyHistoryBest | None:
     """The innermost active apply_history_best context of this thread."""
     stack = _stack()
@@ -152,9 +139,7 @@ def apply_history_best(database, strict: bool = False,
     may be used too; records are never taken from other hardware silently.
     """
     owns = False
-    if not hasattr(database, "best_k"):
-        from records import Database
-
+    if not isinstance(database, Database):
         database = Database(database, create=False)
         owns = True
     return ApplyHistoryBest(database, strict, tuple(str(Target(t)) for t in compatible_targets),

@@ -9,7 +9,7 @@
 up by its workload (the structural hash of the unscheduled function): with a record its trace
 is replayed (and post-processed, which a final trace already is); without one the default
 schedule is used: the function's design space with rule-of-thumb decisions (parallel outer
-loops, vectorised and register-blocked inner loops, see default_schedule.py), or the plain
+loops, vectorised and register-blocked inner loops, see schedules.default_schedule), or the plain
 loop nest when the space yields no valid program.  Identical fused functions are scheduled and compiled once; the
 scheduled functions and compiled kernels are also cached for the process, so building the
 same model again is cheap.
@@ -24,11 +24,16 @@ from typing import Callable
 
 import numpy as np
 
+from records import Database, TuningRecord
+from schedules.default_schedule import default_candidate
+from schedules.postproc import replay
+from schedules.schedule import Schedule
+from schedules.trace import Trace
 from tensor_ir.errors import BuildError, TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
-from .default_schedule import heuristic_schedule
+from .build import build
 from .executor import BuildReport, Executor, FunctionReport, Step
 from .frontends import load_model
 from .graph.ir import Model
@@ -83,53 +88,42 @@ def clear_caches() -> None:
 
 
 def default_schedule(func: PrimFunc, target: Target, seed: int = 0) -> PrimFunc | None:
-    """The default schedule of ``func`` (default_schedule.heuristic_schedule: the design
-    space's first sketch with rule-of-thumb decisions); None when the space yields no valid
-    program."""
+    """The default schedule of ``func`` (schedules.default_schedule: the program the tuner
+    measures first), cached for the process; None when the space yields no valid program."""
     key = (str(target), func.structural_hash(), seed)
     cached = _cache_get(_schedules, key)
     if cached is not None:
         return cached
     try:
-        scheduled = heuristic_schedule(func, target, seed)
+        candidate = default_candidate(func, target, seed)
     except (TensorIRError, RecursionError):
-        scheduled = None
-    if scheduled is None:
+        candidate = None
+    if candidate is None:
         return None
-    _cache_put(_schedules, key, scheduled)
-    return scheduled
+    _cache_put(_schedules, key, candidate.func)
+    return candidate.func
 
 
 def _apply_record(func: PrimFunc, found, target: Target) -> PrimFunc:
-    """The scheduled function a lookup returned: a Trace (replayed, then post-processed; a
-    final trace is recognised and not processed twice), a Schedule or a PrimFunc."""
-    from schedules.postproc import apply_postprocs, default_postprocs
-    from schedules.schedule import Schedule
-    from schedules.trace import Trace
-
+    """The scheduled function a lookup returned: a Trace or TuningRecord (replayed by
+    schedules.postproc.replay), a Schedule or a PrimFunc (taken as scheduled)."""
     if isinstance(found, PrimFunc):
         return found
     if isinstance(found, Schedule):
         return found.func
-    if hasattr(found, "trace") and callable(found.trace) and not isinstance(found, Trace):
-        found = found.trace()  # a TuningRecord
+    if isinstance(found, TuningRecord):
+        found = found.trace()
     if not isinstance(found, Trace):
         raise BuildError(f"the record lookup returned a {type(found).__name__}; expected a "
                          f"Trace, Schedule, PrimFunc or TuningRecord")
-    sch = found.apply(func)
-    if not apply_postprocs(sch, default_postprocs(target)):
-        raise BuildError(f"the recorded schedule of {func.name} is rejected by the "
-                         f"post-processors for {target}")
-    return sch.func
+    return replay(found, func, target).func
 
 
 def database_lookup(database, target: Target) -> Lookup:
     """A lookup over a records database (a ``records.Database``, or a path to open)."""
     if isinstance(database, (str, os.PathLike)):
-        from records import Database
-
         database = Database(os.fspath(database), create=False)
-    if not hasattr(database, "best"):
+    if not isinstance(database, Database):
         raise BuildError(f"database must be a records.Database or a path, got "
                          f"{type(database).__name__}")
 
@@ -140,8 +134,6 @@ def database_lookup(database, target: Target) -> Lookup:
 
 
 def _compile(func: PrimFunc, target: Target, name: str):
-    from .build import build
-
     key = (str(target), func.structural_hash())
     kernel = _cache_get(_kernels, key)
     if kernel is None:

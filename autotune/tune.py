@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 import cost_models
 import search
 from records import Database, MemoryDatabase
+from schedules.default_schedule import default_candidate
+from schedules.postproc import replay
 from schedules.schedule import Schedule
 from schedules.space import DesignSpace
 from schedules.trace import Trace
@@ -145,10 +147,8 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
     if space is None:
         space = DesignSpace(func, target)
         # The default schedule (what a build uses without a record) is measured first.
-        from .default_schedule import heuristic_trace
-
-        default_trace = heuristic_trace(func, target)
-        seeds = [default_trace] if default_trace is not None else []
+        default = default_candidate(func, target)
+        seeds = [default.final_trace] if default is not None else []
     elif not isinstance(space, DesignSpace) or space.func is not func:
         raise TuneError("autotune.tune: space must be a DesignSpace made from the same func")
     strategy_obj = search.create(strategy, seed=seed) if isinstance(strategy, str) \
@@ -191,7 +191,7 @@ def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasu
     if best_rec is None:
         return TuneResult(None, None, math.inf, 0.0, 0.0, None, **common)
     trace = best_rec.trace()
-    schedule = trace.apply(func)
+    schedule = replay(trace, func, target)
     seconds = best_rec.score if best_rec.score is not None else best_rec.median
     spread = next((d["spread"] for d in remeasured if d["record_id"] == best_rec.record_id),
                   None)

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 import cost_models
 import search
 from records import Database
+from schedules.default_schedule import default_candidate
 from schedules.space import DesignSpace
 from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
 from tensor_ir.target import Target
 
-from .default_schedule import heuristic_trace
 from .executor import BuildReport
 from .frontends import load_model
 from .graph.ir import Model
@@ -222,11 +222,11 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
 
             # The default schedule is each task's first candidate: a short run never builds
             # a model slower than the untuned one.
-            default_trace = heuristic_trace(task.func, target)
+            default = default_candidate(task.func, target)
             return search.TuningLoop(space, search.create(strategy, seed=task_seed), model_obj,
                                      builder, runner, db, batch_size=batch_size,
                                      measure_config=config, warm_start=warm_start, log=log,
-                                     seed_traces=[default_trace] if default_trace else [])
+                                     seed_traces=[default.final_trace] if default else [])
 
         # 3. Search.
         scheduler = TaskScheduler(

@@ -29,6 +29,7 @@ import abc
 import math
 
 from tensor_ir.expr import IntImm
+from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import (
     PARALLEL, REDUCE, SERIAL, THREAD_BINDING, VECTORIZED, Block, BlockRealize, For,
 )
@@ -397,6 +398,19 @@ def apply_postprocs(sch: Schedule, postprocs: list[Postproc]) -> bool:
     return True
 
 
+def replay(trace: Trace, func: PrimFunc, target: Target) -> Schedule:
+    """The program a stored trace stands for: ``trace`` replayed on ``func`` and
+    post-processed for ``target``.  A final trace (what the database keeps) carries the
+    post-processors' marker, so only the verifying ones run again.  Every consumer of a
+    record -- a build, a model build, a tuning result, a re-measurement -- goes through here.
+    Raises ScheduleError when a primitive refuses the trace or a verifier the program."""
+    sch = trace.apply(func)
+    if not apply_postprocs(sch, default_postprocs(target)):
+        raise ScheduleError(f"the recorded schedule of {func.name} is rejected by the "
+                            f"post-processors for {target}")
+    return sch
+
+
 def strip_postproc(trace: Trace) -> Trace:
     """The part of a final trace before the post-processors (what search mutates)."""
     for k, inst in enumerate(trace):
@@ -410,5 +424,5 @@ def strip_postproc(trace: Trace) -> Trace:
 
 
 __all__ = ["Postproc", "DecomposeReductions", "RewriteParallelVectorizeUnroll", "VerifyCPU",
-           "VerifyGPU", "default_postprocs", "apply_postprocs", "strip_postproc",
+           "VerifyGPU", "default_postprocs", "apply_postprocs", "replay", "strip_postproc",
            "verify_cpu", "verify_gpu", "POSTPROC_MARKER"]

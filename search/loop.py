@@ -53,6 +53,7 @@ import numpy as np
 from cost_models import CostModel, pairwise_accuracy
 from cost_models import features as _features
 from records import Database, Workload
+from schedules.postproc import replay
 from schedules.space import DesignSpace
 from schedules.trace import Trace
 from tensor_ir.func import PrimFunc
@@ -473,7 +474,7 @@ class TuningLoop:
         funcs, kept = [], []
         for rec in records:
             try:
-                funcs.append(rec.trace().apply(self.space.func).func)
+                funcs.append(replay(rec.trace(), self.space.func, self.target).func)
                 kept.append(rec)
             except Exception as err:  # noqa: BLE001 - a stale record is skipped, said so
                 self.log(f"[tune {self.workload.name}] record {rec.record_id} no longer "

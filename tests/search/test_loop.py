@@ -207,10 +207,10 @@ def test_loop_rejects_bad_arguments(space, runner):
 
 
 def test_seed_traces_are_measured_first_and_once(space, tmp_path):
-    from autotune.default_schedule import heuristic_trace
+    from schedules.default_schedule import default_candidate
     from tensor_ir.func import structural_equal
 
-    default = heuristic_trace(space.func, space.target)
+    default = default_candidate(space.func, space.target).final_trace
     assert default is not None
     expected = space.replay(default).func
     runner = synthetic_runner(space)

@@ -16,7 +16,8 @@ schedule would set them:
 * parallel extent: 16 jobs per core; auto-unroll step 64.
 
 Decisions of other rules keep the values of a seeded sample.  When the rule-of-thumb trace is
-refused, the seeded sample itself is the default.
+refused, the seeded sample itself is the default; when the first sketch cannot be sampled, a
+seeded sample of any sketch.
 """
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ from tensor_ir.errors import TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
-__all__ = ["heuristic_schedule"]
+from .errors import ScheduleError
+from .space import Candidate, DesignSpace
+
+__all__ = ["default_candidate"]
 
 PARALLEL_KEY = "meta_schedule.parallel"
 UNROLL_KEY = "meta_schedule.unroll_explicit"
@@ -135,21 +139,6 @@ def _closest(candidates, goal) -> int:
     return min(range(len(candidates)), key=lambda i: (abs(candidates[i] - goal), i))
 
 
-def heuristic_trace(func: PrimFunc, target: Target, seed: int = 0):
-    """The decided (not yet post-processed) trace of the default schedule of ``func``, or
-    None when the first sketch cannot be sampled.  The tuner measures it first, so that tuning
-    never ends with a record slower than the default a build would otherwise use."""
-    from schedules.errors import ScheduleError
-    from schedules.space import DesignSpace
-
-    try:
-        space = DesignSpace(func, target)
-        base = space.sample(seed=seed, sketch=0)
-    except (ScheduleError, TensorIRError):
-        return None
-    return _rule_of_thumb(base.trace, target)
-
-
 def _rule_of_thumb(trace, target: Target):
     """``trace`` with the tile sizes, compute locations and annotations the module text
     describes."""
@@ -175,19 +164,17 @@ def _rule_of_thumb(trace, target: Target):
     return trace
 
 
-def heuristic_schedule(func: PrimFunc, target: Target, seed: int = 0) -> PrimFunc | None:
-    """The default schedule of ``func`` (see the module text); None when the design space
-    yields no valid program at all."""
-    from schedules.errors import ScheduleError
-    from schedules.space import DesignSpace
-
+def default_candidate(func: PrimFunc, target: Target, seed: int = 0) -> Candidate | None:
+    """The default schedule of ``func`` (see the module text) as a post-processed Candidate,
+    or None when the design space yields no valid program at all.  A build without a record
+    uses its ``func``; the tuner measures its ``final_trace`` first, so that tuning never ends
+    with a record slower than that build: one construction serves both."""
     try:
         space = DesignSpace(func, target)
         base = space.sample(seed=seed, sketch=0)
     except (ScheduleError, TensorIRError):
         try:
-            return DesignSpace(func, target).sample(seed=seed).func
+            return DesignSpace(func, target).sample(seed=seed)
         except (ScheduleError, TensorIRError):
             return None
-    candidate = space.replay(_rule_of_thumb(base.trace, target), seed=seed, sketch=0)
-    return (candidate or base).func
+    return space.replay(_rule_of_thumb(base.trace, target), seed=seed, sketch=0) or base
