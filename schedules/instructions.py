@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import ScheduleError
+from .index_map import IndexMap
 
 # How a method's result maps onto the instruction's outputs.
 NONE, ONE, LIST = "none", "one", "list"
@@ -193,8 +194,6 @@ _simple("reverse_compute_inline")
 
 
 def _index_map(attrs):
-    from .schedule import IndexMap
-
     return IndexMap.from_json(attrs["index_map"])
 
 
@@ -203,8 +202,6 @@ def _buffer_selector(value):
 
 
 def _format_layout(inst) -> str:
-    from .schedule import IndexMap
-
     args = [inst.inputs[0], py_literal(inst.attrs["buffer"]),
             IndexMap.from_json(inst.attrs["index_map"]).as_python()]
     if "scope" in inst.attrs:
@@ -229,3 +226,19 @@ register(InstructionKind(
     returns=ONE, formatter=_format_layout))
 _simple("rfactor", ONE, positional_attrs=("factor_axis",))
 _simple("decompose_reduction", ONE)
+
+
+# The Schedule class a replay starts from.  schedules.schedule registers it when imported (it
+# records into a Trace, so trace.py cannot import it): Trace.apply then needs only this module.
+_SCHEDULE_CLASS: list = []
+
+
+def register_schedule(cls) -> None:
+    _SCHEDULE_CLASS[:] = [cls]
+
+
+def new_schedule(func, seed: int | None = None):
+    """A fresh Schedule of ``func`` to replay a trace on."""
+    if not _SCHEDULE_CLASS:
+        raise ScheduleError("no Schedule class is registered; import schedules first")
+    return _SCHEDULE_CLASS[0](func, seed=seed)

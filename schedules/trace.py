@@ -13,30 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ScheduleError
+from .frozen import freeze, thaw
+from .instructions import get_kind, new_schedule
 
 TRACE_FORMAT_VERSION = 1
-
-
-def _freeze(value):
-    """Deep-copy a JSON value with lists turned into tuples (instructions are immutable)."""
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _freeze(v) for k, v in value.items()}
-    return value
-
-
-def _thaw(value):
-    """The JSON form of a frozen value: tuples become lists, dict keys stay sorted."""
-    if isinstance(value, (list, tuple)):
-        return [_thaw(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _thaw(value[k]) for k in sorted(value)}
-    if isinstance(value, bool) or value is None or isinstance(value, (str, float)):
-        return value
-    if isinstance(value, int):
-        return int(value)  # an ExprRV is stored as its plain value
-    raise ScheduleError(f"trace: value {value!r} of type {type(value).__name__} is not JSON")
 
 
 @dataclass(frozen=True)
@@ -50,23 +30,23 @@ class Instruction:
     decision: Any = None
 
     def __post_init__(self):
-        object.__setattr__(self, "inputs", _freeze(tuple(self.inputs)))
-        object.__setattr__(self, "attrs", _freeze(dict(self.attrs)))
+        object.__setattr__(self, "inputs", freeze(tuple(self.inputs)))
+        object.__setattr__(self, "attrs", freeze(dict(self.attrs)))
         object.__setattr__(self, "outputs", tuple(self.outputs))
-        object.__setattr__(self, "decision", _freeze(self.decision))
+        object.__setattr__(self, "decision", freeze(self.decision))
 
     def __hash__(self):
-        return hash((self.kind, self.inputs, json.dumps(_thaw(self.attrs), sort_keys=True),
-                     self.outputs, json.dumps(_thaw(self.decision))))
+        return hash((self.kind, self.inputs, json.dumps(thaw(self.attrs), sort_keys=True),
+                     self.outputs, json.dumps(thaw(self.decision))))
 
     def with_decision(self, decision) -> "Instruction":
         return Instruction(self.kind, self.inputs, self.attrs, self.outputs, decision)
 
     def to_json(self) -> dict:
-        out = {"kind": self.kind, "inputs": _thaw(self.inputs), "attrs": _thaw(self.attrs),
+        out = {"kind": self.kind, "inputs": thaw(self.inputs), "attrs": thaw(self.attrs),
                "outputs": list(self.outputs)}
         if self.decision is not None:
-            out["decision"] = _thaw(self.decision)
+            out["decision"] = thaw(self.decision)
         return out
 
     @staticmethod
@@ -78,8 +58,6 @@ class Instruction:
             raise ScheduleError(f"malformed trace instruction {data!r}: {err}") from None
 
     def as_python(self) -> str:
-        from .instructions import get_kind
-
         return get_kind(self.kind).as_python(self)
 
 
@@ -125,15 +103,11 @@ class Trace:
 
     def sampling_indices(self) -> list[int]:
         """Indices of the sampling instructions (whether or not they hold a decision)."""
-        from .instructions import get_kind
-
         return [k for k, inst in enumerate(self.instructions) if get_kind(inst.kind).is_sampling]
 
     def with_decision(self, index: int, decision) -> "Trace":
         """A new trace with instruction ``index``'s decision replaced (None: sample afresh on
         replay).  This is what search mutates."""
-        from .instructions import get_kind
-
         if not 0 <= index < len(self.instructions):
             raise ScheduleError(f"trace has {len(self.instructions)} instructions; no index "
                                 f"{index}")
@@ -176,8 +150,6 @@ class Trace:
         if version != TRACE_FORMAT_VERSION:
             raise ScheduleError(f"trace JSON has format_version {version!r}; this release reads "
                                 f"{TRACE_FORMAT_VERSION}")
-        from .instructions import get_kind
-
         insts = [Instruction.from_json(d) for d in data["instructions"]]
         for inst in insts:
             get_kind(inst.kind)  # unknown kinds fail here, not halfway through a replay
@@ -187,16 +159,12 @@ class Trace:
     def apply(self, func, seed: int | None = None):
         """Replay on a fresh ``Schedule(func, seed)``.  Recorded decisions are reused; a missing
         decision is sampled from the schedule's random generator."""
-        from .schedule import Schedule
-
-        sch = Schedule(func, seed=seed)
+        sch = new_schedule(func, seed)
         self.apply_to(sch)
         return sch
 
     def apply_to(self, sch) -> None:
         """Replay every instruction on ``sch`` (which records them again in its own trace)."""
-        from .instructions import get_kind
-
         names: dict[str, Any] = {}
         for index, inst in enumerate(self.instructions):
             kind = get_kind(inst.kind)

@@ -23,53 +23,21 @@ Rules for CPUs (the order of ``default_rules``, as in MetaSchedule):
 """
 from __future__ import annotations
 
-import abc
-
 from tensor_ir.target import Target
 
 from ..errors import ScheduleError
-from ..schedule import Schedule
+from .auto_inline import AutoInline
+from .base import ScheduleRule, try_on_copy
+from .multi_level_tiling import MultiLevelTiling
+from .parallel_vectorize_unroll import ParallelVectorizeUnroll
+from .random_compute_location import RandomComputeLocation
+from .rfactor import AddRFactor
 
 
-class ScheduleRule(abc.ABC):
-    """One design-space rule.  ``initialize(target)`` reads hardware facts once;
-    ``apply(sch, block)`` takes a block *name* and returns one or more schedules."""
-
-    name = "rule"
-
-    def initialize(self, target: Target) -> None:
-        """Read the target's facts (vector lanes, cores); called once by the space generator."""
-
-    @abc.abstractmethod
-    def apply(self, sch: Schedule, block: str) -> list[Schedule]:
-        """Schedules derived from ``sch`` for block ``block`` (``[sch]`` when not applicable)."""
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-
-def try_on_copy(sch: Schedule, action) -> Schedule | None:
-    """Run ``action(copy)`` on a copy of ``sch``; the copy, or None when a primitive refused
-    (a rule is several primitives, and a refusal halfway must not leave half a rule behind)."""
-    new = sch.copy()
-    try:
-        action(new)
-    except ScheduleError:
-        return None
-    return new
-
-
-def _registry() -> dict:
-    from .auto_inline import AutoInline
-    from .multi_level_tiling import MultiLevelTiling
-    from .parallel_vectorize_unroll import ParallelVectorizeUnroll
-    from .random_compute_location import RandomComputeLocation
-    from .rfactor import AddRFactor
-
-    return {"auto_inline": AutoInline, "rfactor": AddRFactor,
-            "multi_level_tiling": MultiLevelTiling,
-            "parallel_vectorize_unroll": ParallelVectorizeUnroll,
-            "random_compute_location": RandomComputeLocation}
+_REGISTRY = {"auto_inline": AutoInline, "rfactor": AddRFactor,
+             "multi_level_tiling": MultiLevelTiling,
+             "parallel_vectorize_unroll": ParallelVectorizeUnroll,
+             "random_compute_location": RandomComputeLocation}
 
 
 def create(kind: str | ScheduleRule, **options) -> ScheduleRule:
@@ -79,10 +47,10 @@ def create(kind: str | ScheduleRule, **options) -> ScheduleRule:
         if options:
             raise ScheduleError(f"create: options {sorted(options)} given with a rule instance")
         return kind
-    table = _registry()
-    if kind not in table:
-        raise ScheduleError(f"unknown schedule rule {kind!r}; known: {', '.join(sorted(table))}")
-    return table[kind](**options)
+    if kind not in _REGISTRY:
+        raise ScheduleError(f"unknown schedule rule {kind!r}; known: "
+                            f"{', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[kind](**options)
 
 
 def default_rules(target: Target | str = "llvm") -> list[ScheduleRule]:

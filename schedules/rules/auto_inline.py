@@ -22,7 +22,7 @@ from tensor_ir.visitor import collect
 
 from .. import tree
 from ..schedule import Schedule
-from . import ScheduleRule, try_on_copy
+from .base import ScheduleRule, try_on_copy
 from .analysis import block_info, has_guarded_load, single_store, writes_param
 
 # Intrinsics that cost many instructions per element (a polynomial or a libm call): worth

@@ -36,7 +36,7 @@ from tensor_ir.visitor import uses_var
 
 from ..errors import ScheduleError
 from ..schedule import Schedule
-from . import ScheduleRule, try_on_copy
+from .base import ScheduleRule, try_on_copy
 from .analysis import (
     block_info, has_data_reuse, is_elementwise_consumer, read_loads, single_store,
 )

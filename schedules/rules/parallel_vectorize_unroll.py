@@ -19,7 +19,7 @@ from __future__ import annotations
 from tensor_ir.target import Target
 
 from ..schedule import Schedule
-from . import ScheduleRule
+from .base import ScheduleRule
 
 PARALLEL_KEY = "meta_schedule.parallel"
 VECTORIZE_KEY = "meta_schedule.vectorize"

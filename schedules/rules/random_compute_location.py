@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..sampling import compute_location_candidates
 from ..schedule import Schedule
-from . import ScheduleRule, try_on_copy
+from .base import ScheduleRule, try_on_copy
 from .analysis import block_info, writes_param
 from .multi_level_tiling import TILING_KEY
 from .rfactor import RFACTOR_KEY

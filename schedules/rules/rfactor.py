@@ -46,7 +46,7 @@ from tensor_ir.target import Target
 
 from ..errors import ScheduleError
 from ..schedule import Schedule
-from . import ScheduleRule, try_on_copy
+from .base import ScheduleRule, try_on_copy
 from .analysis import (
     block_info, const_extent, divisors, has_data_reuse, single_store, streams_along_reduction,
 )
