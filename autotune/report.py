@@ -152,9 +152,8 @@ def _measure_gemm_rate() -> float:
     return _MEASURED["gemm"]
 
 
-def peak_flops(target: str | Target) -> tuple[float | None, str]:
+def peak_flops(target: Target) -> tuple[float | None, str]:
     """(peak float32 FLOP/s of ``target`` or None, how it was obtained); see the module text."""
-    target = target if isinstance(target, Target) else Target(target)
     if target.kind != "llvm":
         return None, f"no peak figure for {target.kind} targets"
     lanes = target.vector_lanes("float32")
@@ -183,13 +182,11 @@ def _copy_rate(nbytes: int, repeats: int) -> float:
     return 2.0 * src.nbytes / best
 
 
-def peak_bandwidth(target: str | Target, nbytes: float | None = None
-                   ) -> tuple[float | None, str]:
+def peak_bandwidth(target: Target, nbytes: float | None = None) -> tuple[float | None, str]:
     """(bandwidth in bytes/s or None, how it was obtained) for a working set of ``nbytes``:
     the rate of the smallest cache level (L2, last level) that holds it, main memory when
     none does or ``nbytes`` is None.  Measured once per process per level; see the module
     text."""
-    target = target if isinstance(target, Target) else Target(target)
     if target.kind != "llvm" or not target.is_host:
         return None, "bandwidth is measured on this machine only"
     levels = [("L2", target.l2_cache), ("L3", target.l3_cache)]
@@ -307,7 +304,7 @@ def roofline(target: str | Target) -> tuple[float | None, Callable]:
     """(peak FLOP/s or None, bandwidth(nbytes) -> bytes/s or None) of ``target``; a target
     string that no longer parses (a stored report) gives unknowns."""
     try:
-        target = target if isinstance(target, Target) else Target(target)
+        target = Target(target) if isinstance(target, str) else target
         peak = peak_flops(target)[0]
     except Exception:  # noqa: BLE001 - an unparseable stored target leaves the column empty
         return None, lambda nbytes: None

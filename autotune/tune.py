@@ -133,8 +133,12 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         raise TuneError(f"autotune.tune needs a PrimFunc, got {type(func).__name__}")
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 0:
         raise TuneError(f"autotune.tune: trials must be an int >= 0, got {trials!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TuneError(f"autotune.tune: seed must be an int, got {seed!r}")
+    try:
+        settings = search.SearchConfig(batch_size=batch_size, seed=seed, warm_start=warm_start,
+                                       remeasure_top=remeasure_top,
+                                       remeasure_rounds=remeasure_rounds)
+    except search.SearchError as err:
+        raise TuneError(f"autotune.tune: {err}") from None
     if not isinstance(heldout, int) or isinstance(heldout, bool) or heldout < 0:
         raise TuneError(f"autotune.tune: heldout must be an int >= 0, got {heldout!r}")
     if not isinstance(top_up, bool):
@@ -163,10 +167,10 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         db, builder, runner = opened
         # 3. Search, then re-measure the top before anything is reported.
         loop = search.TuningLoop(space, strategy_obj, model, builder, runner, db,
-                                 batch_size=batch_size, measure_config=config,
-                                 warm_start=warm_start, log=log, seed_traces=seeds)
+                                 config=settings, measure_config=config, log=log,
+                                 seed_traces=seeds)
         result = loop.run(trials, top_up=top_up)
-        remeasured = loop.remeasure_top(remeasure_top, remeasure_rounds)
+        remeasured = loop.remeasure_top(settings.remeasure_top, settings.remeasure_rounds)
         out = _result(func, loop, result, remeasured, db, target)
         if heldout >= 2 and result.trials:
             out.model_heldout = loop.heldout_accuracy(heldout, seed=seed + 1)

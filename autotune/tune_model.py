@@ -184,8 +184,13 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
     if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool)
                                or trials < 0):
         raise TuneError(f"tune_model: trials must be an int >= 0, got {trials!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise TuneError(f"tune_model: batch_size must be a positive int, got {batch_size!r}")
+    try:
+        settings = search.SearchConfig(batch_size=batch_size, seed=seed, warm_start=warm_start,
+                                       remeasure_top=remeasure_top,
+                                       remeasure_rounds=remeasure_rounds)
+        sharing = search.SchedulerConfig(policy=policy, patience=patience)
+    except search.SearchError as err:
+        raise TuneError(f"tune_model: {err}") from None
     if min_coverage is not None and not 0 <= min_coverage <= 1:
         raise TuneError(f"tune_model: min_coverage is a share of FLOPs in [0, 1], got "
                         f"{min_coverage!r}")
@@ -203,8 +208,11 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         raise TuneError(f"tune_model: {model.name} has no fused function to tune")
     if trials is None and end_by is None:
         trials = DEFAULT_TRIALS_PER_TASK * len(tasks)
-    search.create(strategy, seed=seed)          # unknown kinds fail here, not per task
-    shared_model = cost_models.create(cost_model, seed=seed) if share_cost_model else None
+    # Unknown kinds fail here, before any task is set aside for them.
+    search.create(strategy, seed=seed)
+    shared_model = cost_models.create(cost_model, seed=seed)
+    if not share_cost_model:
+        shared_model = None
     config = measure_config or (runner.config if isinstance(runner, Runner)
                                 and runner.config is not None else MeasureConfig())
 
@@ -224,16 +232,14 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
             # a model slower than the untuned one.
             default = default_candidate(task.func, target)
             return search.TuningLoop(space, search.create(strategy, seed=task_seed), model_obj,
-                                     builder, runner, db, batch_size=batch_size,
-                                     measure_config=config, warm_start=warm_start, log=log,
+                                     builder, runner, db, config=settings,
+                                     measure_config=config, log=log,
                                      seed_traces=[default.final_trace] if default else [])
 
         # 3. Search.
         scheduler = TaskScheduler(
-            tasks, make_loop, db, target, trials=trials, batch_size=batch_size, policy=policy,
-            deadline=end_by, patience=patience, remeasure_top=remeasure_top,
-            remeasure_rounds=remeasure_rounds, seed=seed, listener=listener,
-            should_stop=should_stop, log=log)
+            tasks, make_loop, db, target, trials=trials, deadline=end_by, config=sharing,
+            search=settings, listener=listener, should_stop=should_stop, log=log)
         outcome = scheduler.run()
 
         # 4. Report, stored before the build so that an interrupted build loses nothing.

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from . import features
 from .base import (
-    Candidate,
     CostModel,
     CostModelError,
+    ModelInput,
     create,
     default_workload_key,
     feature_matrix,
@@ -32,7 +32,7 @@ from .random_model import RandomCostModel
 from .xgb import TrainingData, XGBCostModel
 
 __all__ = [
-    "Candidate",
+    "ModelInput",
     "CostModel",
     "CostModelError",
     "FeatureError",

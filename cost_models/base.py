@@ -5,7 +5,7 @@
     scores = model.predict(more_candidates)    # higher is better (faster)
     model.save("model.json"); again = cost_models.load("model.json")
 
-A candidate is a scheduled (or lowered) PrimFunc, or a :class:`Candidate` that caches its
+A candidate is a scheduled (or lowered) PrimFunc, or a :class:`ModelInput` that caches its
 features and names its workload (the query group the ranking objectives compare within).
 A user model subclasses :class:`CostModel` and is registered with :func:`register`, or passed
 as an instance wherever a kind is accepted.
@@ -34,8 +34,9 @@ class CostModelError(ValueError):
     incompatible saved file)."""
 
 
-class Candidate:
-    """A candidate program with what the cost models derive from it, computed once.
+class ModelInput:
+    """What a cost model takes: a candidate program with what the models derive from it,
+    computed once (named apart from schedules.Candidate and search.SearchCandidate).
 
     ``func`` is the scheduled PrimFunc (or a lowered one); ``workload`` a key for the workload
     it implements (candidates are only ranked against others of the same workload; by
@@ -48,13 +49,13 @@ class Candidate:
     def __init__(self, func: PrimFunc | None = None, workload: str | None = None,
                  features: np.ndarray | None = None):
         if func is None and features is None:
-            raise CostModelError("a Candidate needs a func or precomputed features")
+            raise CostModelError("a ModelInput needs a func or precomputed features")
         if func is not None and not isinstance(func, PrimFunc):
-            raise CostModelError(f"Candidate func must be a PrimFunc, got {type(func).__name__}")
+            raise CostModelError(f"ModelInput func must be a PrimFunc, got {type(func).__name__}")
         if features is not None:
             features = np.asarray(features, dtype=np.float32)
             if features.shape != (_features.NUM_FEATURES,):
-                raise CostModelError(f"Candidate features have shape {features.shape}; expected "
+                raise CostModelError(f"ModelInput features have shape {features.shape}; expected "
                                      f"({_features.NUM_FEATURES},) for feature version "
                                      f"{_features.FEATURE_VERSION}")
         self.func = func
@@ -75,7 +76,7 @@ class Candidate:
 
     def __repr__(self) -> str:
         name = self.func.name if self.func is not None else "<features>"
-        return f"Candidate({name}, workload={self.workload!r})"
+        return f"ModelInput({name}, workload={self.workload!r})"
 
 
 def default_workload_key(func: PrimFunc) -> str:
@@ -88,16 +89,16 @@ def default_workload_key(func: PrimFunc) -> str:
 
 
 
-def as_candidates(candidates: Sequence) -> list[Candidate]:
+def as_candidates(candidates: Sequence) -> list[ModelInput]:
     out = []
     for i, c in enumerate(candidates):
-        if isinstance(c, Candidate):
+        if isinstance(c, ModelInput):
             out.append(c)
         elif isinstance(c, PrimFunc):
-            out.append(Candidate(c))
+            out.append(ModelInput(c))
         else:
             raise CostModelError(f"candidate {i} is a {type(c).__name__}; expected a PrimFunc "
-                                 f"or a cost_models.Candidate")
+                                 f"or a cost_models.ModelInput")
     return out
 
 

@@ -372,8 +372,11 @@ def verify_gpu(func, max_threads: int, max_shared: int) -> str | None:
 # Driver
 # ---------------------------------------------------------------------------------------------
 
-def default_postprocs(target: Target | str = "llvm") -> list[Postproc]:
-    target = target if isinstance(target, Target) else Target(target)
+def default_postprocs(target: Target) -> list[Postproc]:
+    """The post-processors of ``target``'s kind, initialised for it."""
+    if not isinstance(target, Target):
+        raise ScheduleError(f"default_postprocs takes a resolved Target, got "
+                            f"{type(target).__name__}")
     if target.is_gpu:
         procs: list[Postproc] = [DecomposeReductions(), RewriteParallelVectorizeUnroll(),
                                  VerifyGPU()]

@@ -14,6 +14,7 @@ receives its builder and runner as arguments.
 from __future__ import annotations
 
 from . import measure, mutators, simulation
+from .config import SchedulerConfig, SearchConfig
 from .evolutionary import EvolutionarySearch
 from .loop import LoopResult, TrialResult, TuningLoop, make_logger, workload_cost
 from .mutators import Mutator, default_mutators, mutate
@@ -31,6 +32,8 @@ __all__ = [
     "RandomSearch",
     "SearchCandidate",
     "SearchError",
+    "SchedulerConfig",
+    "SearchConfig",
     "SearchStrategy",
     "SimulationBuilder",
     "SimulationRunner",

@@ -26,10 +26,10 @@ One batch:
 
 ``run(trials)`` is a loop over :meth:`TuningLoop.step`, which measures one batch.
 
-Resuming: the first step (and every ``run``) first reads the database: every measured final-trace hash is excluded, and
-the ``warm_start`` best records are replayed, given to the cost model as training data and to
-the strategy as elites (parents), and their best time seeds the runner (its slow-candidate cut
-and output checks start from it).  ``run(trials)`` measures ``trials`` new candidates;
+Resuming: the first step (and every ``run``) first reads the database: every measured
+final-trace hash is excluded, and the ``warm_start`` best records are replayed, given to the
+cost model as training data and to the strategy as elites (parents), and their best time
+seeds the runner (its slow-candidate cut and output checks start from it).  ``run(trials)`` measures ``trials`` new candidates;
 ``run(trials, top_up=True)`` treats ``trials`` as the workload's total and measures only what
 the database lacks of it (what ``autotune.tune`` does by default).
 
@@ -58,6 +58,7 @@ from schedules.space import DesignSpace
 from schedules.trace import Trace
 from tensor_ir.func import PrimFunc
 
+from .config import SearchConfig
 from .measure import Builder, MeasureInput, MeasureResult, Runner, remove_artifacts
 from .pool import CandidatePool, PhaseTimers, SearchCandidate
 from .strategy import SearchError, SearchStrategy
@@ -167,41 +168,37 @@ class TuningLoop:
 
     ``builder``/``runner``: a :class:`~search.measure.Builder` and a
     :class:`~search.measure.Runner`; ``database``: a records.Database (a MemoryDatabase when
-    nothing is to be kept); ``batch_size``: candidates per measured batch; ``measure_config``:
-    the settings stored with each record; ``warm_start``: best database records to resume
-    from; ``retrain_ratio``: see the module text; ``log``: see :func:`make_logger`;
-    ``seed_traces``: decided traces measured first (e.g. the default schedule)."""
+    nothing is to be kept); ``config``: a SearchConfig (``batch_size`` candidates per
+    measured batch, ``warm_start`` best records to resume from, ``retrain_ratio``: see the
+    module text); ``measure_config``: the settings stored with each record; ``log``: see
+    :func:`make_logger`; ``seed_traces``: decided traces measured first (e.g. the default
+    schedule)."""
 
     def __init__(self, space: DesignSpace, strategy: SearchStrategy, cost_model: CostModel,
                  builder: Builder, runner: Runner, database: Database, *,
-                 batch_size: int = 16, measure_config=None, warm_start: int = 64,
-                 retrain_ratio: float = 0.25, log=None, seed_traces: Sequence[Trace] = ()):
+                 config: SearchConfig | None = None, measure_config=None, log=None,
+                 seed_traces: Sequence[Trace] = ()):
+        config = config if config is not None else SearchConfig()
         for name, obj, kind in (("space", space, DesignSpace),
                                 ("strategy", strategy, SearchStrategy),
                                 ("cost_model", cost_model, CostModel),
                                 ("builder", builder, Builder), ("runner", runner, Runner),
-                                ("database", database, Database)):
+                                ("database", database, Database),
+                                ("config", config, SearchConfig)):
             if not isinstance(obj, kind):
                 raise SearchError(f"TuningLoop: {name} must be a {kind.__name__}, got "
                                   f"{type(obj).__name__}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise SearchError(f"TuningLoop: batch_size must be a positive int, got "
-                              f"{batch_size!r}")
-        if not isinstance(warm_start, int) or warm_start < 0:
-            raise SearchError(f"TuningLoop: warm_start must be an int >= 0, got "
-                              f"{warm_start!r}")
-        if not retrain_ratio >= 0:
-            raise SearchError(f"TuningLoop: retrain_ratio must be >= 0, got {retrain_ratio!r}")
+        self.config = config
         self.space = space
         self.strategy = strategy
         self.model = cost_model
         self.builder = builder
         self.runner = runner
         self.database = database
-        self.batch_size = batch_size
+        self.batch_size = config.batch_size
         self.measure_config = measure_config
-        self.warm_start = warm_start
-        self.retrain_ratio = float(retrain_ratio)
+        self.warm_start = config.warm_start
+        self.retrain_ratio = float(config.retrain_ratio)
         self.log = make_logger(log)
         self.timers = PhaseTimers()
         self.workload = Workload(space.func)

@@ -110,9 +110,10 @@ class MeasureConfig:
 @dataclass(frozen=True)
 class MeasureInput:
     """One candidate: a scheduled (un-lowered) PrimFunc, the target (a string is resolved
-    here), and the workload it implements.  ``reference`` is the workload's own definition (typically the unscheduled
-    PrimFunc from ``te.create_prim_func``); its outputs on the runner's fixed random inputs are
-    what candidates are checked against.  Without it, outputs are not checked."""
+    here), and the workload it implements.  ``reference`` is the workload's own definition
+    (typically the unscheduled PrimFunc from ``te.create_prim_func``); its outputs on the
+    runner's fixed random inputs are what candidates are checked against.  Without it,
+    outputs are not checked."""
 
     func: PrimFunc
     target: Target

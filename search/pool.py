@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models import Candidate as ModelCandidate
-from cost_models import CostModel
+from cost_models import CostModel, ModelInput
 from cost_models import features as _features
 from records.record import trace_hash
 from schedules.errors import ScheduleError
@@ -219,10 +218,10 @@ class CandidatePool:
             return np.zeros((0, _features.NUM_FEATURES), dtype=np.float32)
         return np.stack([c.features for c in cands])
 
-    def model_candidates(self, cands: Sequence[SearchCandidate]) -> list[ModelCandidate]:
+    def model_candidates(self, cands: Sequence[SearchCandidate]) -> list[ModelInput]:
         """The cost model's view: features (cached) and the workload as query group."""
         x = self.features(cands)
-        return [ModelCandidate(workload=self.workload_key, features=row) for row in x]
+        return [ModelInput(workload=self.workload_key, features=row) for row in x]
 
     def score(self, model: CostModel, cands: Sequence[SearchCandidate]) -> np.ndarray:
         """Predicted scores (higher = faster), stored on each candidate as ``predicted``."""

@@ -47,14 +47,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from records import Database
+from tensor_ir.target import Target
 
+from .config import POLICIES, SchedulerConfig, SearchConfig
 from .loop import TuningLoop, make_logger
 from .strategy import SearchError
 
 __all__ = ["POLICIES", "SchedulerResult", "SchedulerTask", "TaskScheduler",
            "estimated_latency"]
-
-POLICIES = ("gradient", "round-robin")
 
 # Task states: "waiting" (nothing measured in this run yet), "tuning", and the final ones.
 ACTIVE_STATES = ("waiting", "tuning")
@@ -182,39 +182,29 @@ class SchedulerResult:
         return [t for t in self.tasks if t.status == "failed"]
 
 
-def _check_positive_int(name: str, value, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SearchError(f"TaskScheduler: {name} must be a positive int, got {value!r}")
-
-
 class TaskScheduler:
     """Allocates measured batches among ``tasks``; see the module text.
 
     ``make_loop(task) -> TuningLoop`` makes a task's tuning loop (on the scheduler's
-    ``database`` and ``target``).  ``trials``: the model's total budget (None: only the
-    ``deadline`` bounds the run); ``batch_size``: trials per batch; ``policy``: "gradient" or
-    "round-robin"; ``patience``/``min_improvement``: when a task counts as converged (patience
-    None: 12 batches); ``fail_after``: failed trials in a row that set a never-successful task
-    aside (None: 2 batches); ``alpha``, ``beta``, ``window``, ``eps``: the gradient's
-    parameters; ``remeasure_top``/``remeasure_rounds``: the best candidates of each task
-    tuned in this run are re-timed at the end (TuningLoop.remeasure_top);
+    ``database`` and resolved ``target``).  ``trials``: the model's total budget (None: only
+    the ``deadline`` bounds the run); ``config``: the policy and its parameters
+    (SchedulerConfig); ``search``: the loops' settings (SearchConfig: ``batch_size`` trials
+    per batch, the best ``remeasure_top`` candidates of each task tuned in this run re-timed
+    ``remeasure_rounds`` times at the end, ``seed`` of the random choices);
     ``listener(event, scheduler, task)`` hears "start", "batch", "task", "remeasure" and "end";
     ``should_stop()`` is polled between batches; ``log`` takes plain lines (make_logger).
     """
 
     def __init__(self, tasks: Sequence[SchedulerTask],
-                 make_loop: Callable[[SchedulerTask], TuningLoop], database: Database, target,
-                 *, trials: int | None = None, batch_size: int = 16, policy: str = "gradient",
-                 deadline: float | None = None, patience: int | None = None,
-                 min_improvement: float = 0.005, fail_after: int | None = None,
-                 alpha: float = 0.2, beta: float = 2.0, window: int = 3, eps: float = 0.05,
-                 remeasure_top: int = 3, remeasure_rounds: int = 3, seed: int = 0,
+                 make_loop: Callable[[SchedulerTask], TuningLoop], database: Database,
+                 target: Target, *, trials: int | None = None, deadline: float | None = None,
+                 config: SchedulerConfig | None = None, search: SearchConfig | None = None,
                  listener: Callable | None = None,
                  should_stop: Callable[[], bool] | None = None, log=None,
                  clock: Callable[[], float] = time.time):
         # ``clock``: seconds since the epoch (the deadline's scale); tests pass a fake one.
+        config = config if config is not None else SchedulerConfig()
+        search = search if search is not None else SearchConfig()
         tasks = list(tasks)
         if not tasks:
             raise SearchError("TaskScheduler: no tasks to tune")
@@ -225,42 +215,32 @@ class TaskScheduler:
         if len(set(keys)) != len(keys):
             raise SearchError("TaskScheduler: two tasks share a workload key; merge them and "
                               "add up their weights")
-        if policy not in POLICIES:
-            raise SearchError(f"TaskScheduler: unknown policy {policy!r}; expected one of "
-                              f"{', '.join(POLICIES)}")
+        for name, value, kind in (("target", target, Target),
+                                  ("config", config, SchedulerConfig),
+                                  ("search", search, SearchConfig)):
+            if not isinstance(value, kind):
+                raise SearchError(f"TaskScheduler: {name} must be a {kind.__name__}, got "
+                                  f"{type(value).__name__}")
         if trials is None and deadline is None:
             raise SearchError("TaskScheduler: give a trial budget, a deadline, or both")
         if trials is not None and (not isinstance(trials, int) or trials < 0):
             raise SearchError(f"TaskScheduler: trials must be an int >= 0, got {trials!r}")
-        _check_positive_int("batch_size", batch_size)
-        _check_positive_int("patience", patience, allow_none=True)
-        _check_positive_int("fail_after", fail_after, allow_none=True)
-        _check_positive_int("window", window)
-        if not 0 <= alpha <= 1 or not 0 <= eps <= 1 or not beta > 0:
-            raise SearchError(f"TaskScheduler: need 0 <= alpha <= 1, 0 <= eps <= 1, beta > 0 "
-                              f"(got alpha={alpha}, eps={eps}, beta={beta})")
-        if not 0 <= min_improvement < 1:
-            raise SearchError(f"TaskScheduler: min_improvement must be in [0, 1), got "
-                              f"{min_improvement!r}")
-        for name, value in (("remeasure_top", remeasure_top),
-                            ("remeasure_rounds", remeasure_rounds)):
-            if not isinstance(value, int) or value < 0:
-                raise SearchError(f"TaskScheduler: {name} must be an int >= 0, got {value!r}")
         self.tasks = tasks
         self.make_loop = make_loop
         self.database = database
         self.target = target
         self.budget = trials
-        self.batch_size = batch_size
-        self.policy = policy
+        self.batch_size = batch_size = search.batch_size
+        self.policy = config.policy
         self.deadline = deadline
-        self.patience = patience if patience is not None else 12 * batch_size
-        self.min_improvement = float(min_improvement)
-        self.fail_after = fail_after if fail_after is not None else 2 * batch_size
-        self.alpha, self.beta, self.window, self.eps = float(alpha), float(beta), window, eps
-        self.remeasure_top = remeasure_top
-        self.remeasure_rounds = remeasure_rounds
-        self.rng = random.Random(seed)
+        self.patience = config.patience if config.patience is not None else 12 * batch_size
+        self.min_improvement = float(config.min_improvement)
+        self.fail_after = config.fail_after if config.fail_after is not None else 2 * batch_size
+        self.alpha, self.beta = float(config.alpha), float(config.beta)
+        self.window, self.eps = config.window, config.eps
+        self.remeasure_top = search.remeasure_top
+        self.remeasure_rounds = search.remeasure_rounds
+        self.rng = random.Random(search.seed)
         self.listener = listener
         self.should_stop = should_stop or (lambda: False)
         self.log = make_logger(log)
@@ -336,13 +316,12 @@ class TaskScheduler:
         """Read each task's stored records (oldest first): trial counts and best-time curves,
         so that the budget, the gradients and the convergence test continue where an earlier
         run stopped."""
-        target = str(self.target)
         for task in self.tasks:
             task.trials, task.errors, task.best_seconds, task.curve = 0, 0, math.inf, []
-            for rec in self.database.records(task.key, target):
+            for rec in self.database.records(task.key, self.target):
                 task.add_trial(math.inf if rec.is_error else float(rec.median))
                 task.errors += rec.is_error
-            best = self.database.best(task.key, target)
+            best = self.database.best(task.key, self.target)
             if best is not None:
                 # Re-measurements may have moved the best's score away from its median.
                 task.best_seconds = best.score if best.score is not None else best.median
@@ -536,7 +515,6 @@ class TaskScheduler:
             return out
         self.phase = "remeasuring"
         self._emit("remeasure")
-        target = str(self.target)
         for task in self.tasks:
             loop = self.loops.get(task.key)
             if loop is None or not task.run_trials or task.status == "failed":
@@ -554,7 +532,7 @@ class TaskScheduler:
                 self.log(f"[tune-model] re-measuring {task.name} failed "
                          f"({type(err).__name__}: {err}); its best keeps its first time")
                 continue
-            best = self.database.best(task.key, target)
+            best = self.database.best(task.key, self.target)
             if best is not None:
                 task.best_seconds = best.score if best.score is not None else best.median
         self._record_curve()

@@ -53,9 +53,11 @@ def create(kind: str | ScheduleRule, **options) -> ScheduleRule:
     return _REGISTRY[kind](**options)
 
 
-def default_rules(target: Target | str = "llvm") -> list[ScheduleRule]:
+def default_rules(target: Target) -> list[ScheduleRule]:
     """The CPU rule set, in application order, initialised for ``target``."""
-    target = target if isinstance(target, Target) else Target(target)
+    if not isinstance(target, Target):
+        raise ScheduleError(f"default_rules takes a resolved Target, got "
+                            f"{type(target).__name__}")
     if not target.is_cpu:
         raise ScheduleError(f"default_rules: only CPU (llvm) targets have a rule set yet, got "
                             f"{target}")

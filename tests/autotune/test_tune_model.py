@@ -14,7 +14,9 @@ from autotune.measure import BuildResult, LocalBuilder, MeasureConfig
 from autotune.progress import Progress
 from autotune.tune_model import model_tasks, parse_duration
 from records import Database, MemoryDatabase
+from search.config import SearchConfig
 from search.task_scheduler import TaskScheduler
+from tensor_ir.target import Target
 
 from .tiny_onnx import write_tiny_mlp
 
@@ -136,8 +138,8 @@ class FakeTerminal(io.StringIO):
 
 def progress_scheduler():
     model = autotune.load_model("resnet18", image_size=16, width=4, num_classes=4)
-    sched = TaskScheduler(model_tasks(model), lambda task: None, MemoryDatabase(), "llvm",
-                          trials=100, batch_size=4)
+    sched = TaskScheduler(model_tasks(model), lambda task: None, MemoryDatabase(),
+                          Target("llvm"), trials=100, search=SearchConfig(batch_size=4))
     sched.started = sched.clock() - 65
     sched.phase = "tuning"
     sched.trials_run = 8
@@ -194,13 +196,14 @@ def test_plain_lines_when_not_on_a_terminal(tmp_path):
 
 
 def test_roofline_figures():
-    peak, how = report_mod.peak_flops("llvm")
+    peak, how = report_mod.peak_flops(Target("llvm"))
     assert peak > 1e9 and ("GHz" in how or "measured" in how)
-    memory = report_mod.peak_bandwidth("llvm")[0]
+    memory = report_mod.peak_bandwidth(Target("llvm"))[0]
     assert memory > 1e8
     # Compute-bound: against the peak; memory-bound: against intensity x bandwidth.
     assert report_mod.roofline_fraction(1e9, 1e3, 1.0, 4e9, 1e9) == pytest.approx(0.25)
     assert report_mod.roofline_fraction(1e6, 1e6, 1e-3, 1e12, 1e9) == pytest.approx(1.0)
     assert report_mod.roofline_fraction(0, 1e6, 1e-3, 1e12, 2e9) == pytest.approx(0.5)
     assert report_mod.roofline_fraction(1e6, 1e6, math.inf, 1e12, 1e9) is None
-    assert report_mod.peak_flops("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72")[0] is None
+    assert report_mod.peak_flops(
+        Target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))[0] is None

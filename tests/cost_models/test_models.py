@@ -10,9 +10,9 @@ import pytest
 
 import cost_models
 from cost_models import (
-    Candidate,
     CostModel,
     CostModelError,
+    ModelInput,
     RandomCostModel,
     XGBCostModel,
     create,
@@ -40,7 +40,7 @@ def synthetic():
 def trained(synthetic):
     funcs, x, times = synthetic
     model = XGBCostModel(seed=0)
-    model.update([Candidate(f, features=row) for f, row in zip(funcs[:TRAIN], x[:TRAIN])],
+    model.update([ModelInput(f, features=row) for f, row in zip(funcs[:TRAIN], x[:TRAIN])],
                  times[:TRAIN].tolist())
     return model
 
@@ -66,7 +66,7 @@ def test_predict_accepts_funcs_candidates_and_matrices(synthetic, trained):
     funcs, x, _ = synthetic
     from_matrix = trained.predict(x[TRAIN:TRAIN + 5])
     np.testing.assert_array_equal(trained.predict(funcs[TRAIN:TRAIN + 5]), from_matrix)
-    cands = [Candidate(f) for f in funcs[TRAIN:TRAIN + 5]]
+    cands = [ModelInput(f) for f in funcs[TRAIN:TRAIN + 5]]
     np.testing.assert_array_equal(trained.predict(cands), from_matrix)
     assert cands[0]._features is not None           # features are cached on the candidate
     assert trained.predict([]).shape == (0,)
@@ -161,12 +161,12 @@ def test_workloads_are_ranked_within_their_own_group():
 
 def test_candidate_workload_keys_separate_query_groups():
     a, b = ops.matmul(8, 8, 8), ops.matmul(16, 8, 8)
-    assert Candidate(a).workload != Candidate(b).workload
-    assert Candidate(a, workload="w1").workload == "w1"
+    assert ModelInput(a).workload != ModelInput(b).workload
+    assert ModelInput(a, workload="w1").workload == "w1"
     with pytest.raises(CostModelError, match="features have shape"):
-        Candidate(a, features=np.zeros(3))
+        ModelInput(a, features=np.zeros(3))
     with pytest.raises(CostModelError, match="needs a func"):
-        Candidate()
+        ModelInput()
 
 
 def test_create_register_and_plug_in_a_user_model():

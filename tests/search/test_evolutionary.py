@@ -40,7 +40,8 @@ def runner(space):
 def run_search(space, runner, kind, seed, trials=48, batch_size=8, **options):
     loop = search.TuningLoop(space, search.create(kind, seed=seed, **options),
                              cost_models.create("xgb", seed=seed), SimulationBuilder(), runner,
-                             MemoryDatabase(), batch_size=batch_size, log=False)
+                             MemoryDatabase(), config=search.SearchConfig(batch_size=batch_size),
+                             log=False)
     return loop, loop.run(trials)
 
 

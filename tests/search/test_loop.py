@@ -32,7 +32,8 @@ def make_loop(space, runner, database=None, seed=0, kind="evolutionary", batch_s
     return search.TuningLoop(space, search.create(kind, seed=seed),
                              cost_models.create("xgb", seed=seed), SimulationBuilder(), runner,
                              database if database is not None else MemoryDatabase(),
-                             batch_size=batch_size, log=log, **loop_options)
+                             config=search.SearchConfig(batch_size=batch_size), log=log,
+                             **loop_options)
 
 
 def test_never_measures_the_same_program_twice(space):

@@ -15,6 +15,7 @@ import cost_models
 import search
 from records import MemoryDatabase
 from schedules.space import DesignSpace
+from search.config import SchedulerConfig, SearchConfig
 from search.measure import MeasureResult
 from search.simulation import SimulationBuilder, SimulationRunner
 from search.task_scheduler import (
@@ -23,6 +24,9 @@ from search.task_scheduler import (
     estimated_latency,
 )
 from tensor_ir import ops
+from tensor_ir.target import Target
+
+TARGET = Target("llvm")
 
 
 class FakeClock:
@@ -69,18 +73,26 @@ def make_factory(db, runner, fail_space=()):
     def make_loop(task):
         if task.key in fail_space:
             raise search.SearchError("synthetic: no sketch for this function")
-        space = DesignSpace(task.func, "llvm")
+        space = DesignSpace(task.func, TARGET)
         return search.TuningLoop(space, search.create("random", seed=0),
                                  cost_models.create("random", seed=0), SimulationBuilder(),
-                                 runner, db, batch_size=4, log=False)
+                                 runner, db, config=SearchConfig(batch_size=4), log=False)
     return make_loop
 
 
+def configs(options: dict) -> dict:
+    """``options`` with the SearchConfig and SchedulerConfig fields made into the objects."""
+    settings = {k: options.pop(k) for k in list(options) if k in SearchConfig.__annotations__}
+    settings.setdefault("batch_size", 4)
+    settings.setdefault("remeasure_top", 0)
+    sharing = {k: options.pop(k) for k in list(options) if k in SchedulerConfig.__annotations__}
+    return {**options, "search": SearchConfig(**settings), "config": SchedulerConfig(**sharing)}
+
+
 def scheduler(tasks, db, runner, **options):
-    options.setdefault("batch_size", 4)
-    options.setdefault("remeasure_top", 0)
-    return TaskScheduler(tasks, make_factory(db, runner, options.pop("fail_space", ())), db,
-                         "llvm", **options)
+    fail_space = options.pop("fail_space", ())
+    return TaskScheduler(tasks, make_factory(db, runner, fail_space), db, TARGET,
+                         **configs(options))
 
 
 def test_gradient_gives_the_dominant_task_most_trials():
@@ -233,8 +245,8 @@ def test_remeasure_at_the_end_updates_the_best():
 
 
 def test_gradient_prefers_heavy_slow_and_recently_improving_tasks():
-    sched = TaskScheduler(make_tasks(), lambda t: None, MemoryDatabase(), "llvm", trials=10,
-                          batch_size=2, window=1, eps=0.0)
+    sched = TaskScheduler(make_tasks(), lambda t: None, MemoryDatabase(), TARGET,
+                          **configs({"trials": 10, "batch_size": 2, "window": 1, "eps": 0.0}))
     a, b, c = sched.tasks
     for t, seconds in ((a, [4.0, 2.0, 2.0, 1.0]), (b, [1.0, 1.0, 1.0, 1.0]),
                        (c, [1.0, 1.0, 1.0, 1.0])):
@@ -277,14 +289,16 @@ def test_bad_arguments_are_named():
     tasks = make_tasks()
     db = MemoryDatabase()
     with pytest.raises(search.SearchError, match="policy"):
-        TaskScheduler(tasks, lambda t: None, db, "llvm", trials=4, policy="fastest")
+        SchedulerConfig(policy="fastest")
     with pytest.raises(search.SearchError, match="budget"):
-        TaskScheduler(tasks, lambda t: None, db, "llvm")
+        TaskScheduler(tasks, lambda t: None, db, TARGET)
     with pytest.raises(search.SearchError, match="batch_size"):
-        TaskScheduler(tasks, lambda t: None, db, "llvm", trials=4, batch_size=0)
+        SearchConfig(batch_size=0)
+    with pytest.raises(search.SearchError, match="target must be a Target"):
+        TaskScheduler(tasks, lambda t: None, db, "llvm", trials=4)
     with pytest.raises(search.SearchError, match="no tasks"):
-        TaskScheduler([], lambda t: None, db, "llvm", trials=4)
+        TaskScheduler([], lambda t: None, db, TARGET, trials=4)
     with pytest.raises(search.SearchError, match="share a workload key"):
-        TaskScheduler([tasks[0], tasks[0]], lambda t: None, db, "llvm", trials=4)
+        TaskScheduler([tasks[0], tasks[0]], lambda t: None, db, TARGET, trials=4)
     with pytest.raises(search.SearchError, match="weight"):
         SchedulerTask("x", "k", 0, 1.0)
