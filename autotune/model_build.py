@@ -7,12 +7,12 @@
 
 ``autotune.build(model, target)`` dispatches here for a Model.  Each fused function is looked
 up by its workload (the structural hash of the unscheduled function): with a record its trace
-is replayed (and post-processed, which a final trace already is); without one the default
-schedule is used: the function's design space with rule-of-thumb decisions (parallel outer
-loops, vectorised and register-blocked inner loops, see schedules.default_schedule), or the plain
-loop nest when the space yields no valid program.  Identical fused functions are scheduled and compiled once; the
-scheduled functions and compiled kernels are also cached for the process, so building the
-same model again is cheap.
+is replayed (schedules.postproc.replay); without one the default schedule is used: the
+function's design space with rule-of-thumb decisions (parallel outer loops, vectorised and
+register-blocked inner loops, see schedules.default_schedule), or the plain loop nest when the
+space yields no valid program.  Identical fused functions are scheduled and compiled once;
+the scheduled functions and compiled kernels are also cached for the process, so building
+the same model again is cheap.
 """
 from __future__ import annotations
 
