@@ -1,7 +1,7 @@
 """Tensor IR: expressions, statements, buffers, PrimFunc and algorithm definitions."""
 from __future__ import annotations
 
-from . import dtype, te
+from . import dtype, printer, te
 from .buffer import Buffer, decl_buffer
 from .errors import BuildError, DTypeError, LoweringError, TEError, TensorIRError
 from .expr import (

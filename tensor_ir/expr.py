@@ -1,17 +1,19 @@
 """Immutable expressions: variables, constants, arithmetic, comparisons, select, cast, calls, loads.
 
-Nodes are frozen dataclasses with children in tuples.  Equality is structural, except for
-``Var`` (and ``Buffer``), which compare by identity: a variable is a definition, its name is only
-for printing.  Python operators on expressions build new expressions (``a + b``, ``a // 4``,
-``a < b``); ``==`` keeps its Python meaning (structural equality), use :func:`equal` or
-``te.equal`` to build a comparison node.
+Nodes are frozen dataclasses with children in tuples.  Python operators on expressions build new
+expressions (``a + b``, ``a // 4``, ``a < b``), and so do ``==`` and ``!=``, as in TVM: ``a == b``
+is a :class:`Cmp` node usable in ``te.all``, ``if_then_else``, ``where=`` and compute bodies.  The
+node built by ``==`` also answers Python's question: its truth value is structural equality of
+the two operands (``Var`` compares by identity, as does ``Buffer``: a variable is a definition,
+its name is only for printing), so ``a == b`` in plain Python code, dict keys, ``in`` tests and
+dataclass equality of statements keep their meaning.  Hashes are structural too.
 """
 from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, ClassVar, Union
 
 import numpy as np
 
@@ -25,12 +27,29 @@ class Node:
     __slots__ = ()
 
 
+# The readable text of expressions, statements and functions is tensor_ir.printer's.  The
+# printer needs every node class, so the nodes cannot import it: it installs itself here when
+# tensor_ir is imported.
+_PRINTER: list = []
+
+
+def set_printer(to_text) -> None:
+    _PRINTER[:] = [to_text]
+
+
+def node_text(node) -> str:
+    """``str()`` of an IR node: its loop-nest text (its repr before a printer is installed)."""
+    return _PRINTER[0](node) if _PRINTER else repr(node)
+
+
 class PrimExpr(Node):
     """Base of scalar expressions.  Subclasses provide ``dtype``."""
 
     __slots__ = ()
     # Make numpy scalars defer to our reflected operators (np.float32(2) * expr).
     __array_ufunc__: ClassVar[Any] = None
+    # Whether == means "the same object" (definitions: Var) rather than "the same structure".
+    _by_identity: ClassVar[bool] = False
 
     # -- arithmetic ---------------------------------------------------------------------------
     def __add__(self, other):
@@ -80,7 +99,13 @@ class PrimExpr(Node):
     def __abs__(self):
         return call("abs", self)
 
-    # -- comparisons (build Cmp nodes; == / != stay structural, see equal()) -------------------
+    # -- comparisons (build Cmp nodes; the truth of == / != is structural equality) -----------
+    def __eq__(self, other):
+        return _equality("==", self, other)
+
+    def __ne__(self, other):
+        return _equality("!=", self, other)
+
     def __lt__(self, other):
         return compare("<", self, other)
 
@@ -111,17 +136,28 @@ class PrimExpr(Node):
 
     def __bool__(self):
         raise TypeError(
-            "an IR expression has no truth value; use te.if_then_else / te.all / te.any, "
-            "or compare with == for structural equality"
+            f"an IR expression ({type(self).__name__}) has no truth value; use "
+            f"te.if_then_else / te.all / te.any to branch on it"
         )
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # NOTE: @dataclass(eq=True) would give every node class a generated __eq__ returning a
+        # bool.  Putting the expression-building operators into each subclass's own namespace
+        # before the decorator runs makes it keep them; it still generates the structural
+        # __hash__ from the fields (frozen=True, eq=True), which is what dict keys need.
+        cls.__eq__ = PrimExpr.__eq__
+        cls.__ne__ = PrimExpr.__ne__
+        # A class namespace holding __eq__ but no __hash__ gets __hash__ = None from Python
+        # (dataclass(slots=True) rebuilds the class from such a namespace); inherit instead.
+        if "__hash__" in cls.__dict__ and cls.__dict__["__hash__"] is None:
+            del cls.__hash__
 
     def astype(self, dtype) -> "PrimExpr":
         return cast(dtype, self)
 
     def __str__(self) -> str:
-        from .printer import to_text
-
-        return to_text(self)
+        return node_text(self)
 
 
 ExprLike = Union[PrimExpr, int, float, bool]
@@ -137,7 +173,7 @@ class Var(PrimExpr):
     def __repr__(self) -> str:
         return f"Var({self.name}: {self.dtype})"
 
-    __eq__ = object.__eq__
+    _by_identity: ClassVar[bool] = True
     __hash__ = object.__hash__
 
 
@@ -177,15 +213,27 @@ class BinOp(PrimExpr):
 
 @dataclass(frozen=True, slots=True)
 class Cmp(PrimExpr):
-    """Comparison ``a op b`` with op in == != < <= > >=; dtype bool."""
+    """Comparison ``a op b`` with op in == != < <= > >=; dtype bool.
+
+    A node built by Python's ``==`` / ``!=`` on expressions also carries the structural answer
+    to that comparison (``_truth``), which is its truth value; every other Cmp has none, and
+    asking for it raises TypeError like any expression.  ``_truth`` is not part of the node's
+    structure: it is left out of equality, hashing, printing, JSON and rebuilt copies.
+    """
 
     op: str
     a: PrimExpr
     b: PrimExpr
+    _truth: bool | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def dtype(self) -> str:
         return "bool"
+
+    def __bool__(self):
+        if self._truth is None:
+            return PrimExpr.__bool__(self)
+        return self._truth
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,12 +329,6 @@ class CommReducer(Node):
     result: PrimExpr
     identity: PrimExpr
 
-    def combine(self, a: PrimExpr, b: PrimExpr) -> PrimExpr:
-        from .visitor import substitute
-
-        return substitute(self.result, {self.lhs: a, self.rhs: b})
-
-
 @dataclass(frozen=True, slots=True)
 class Reduce(PrimExpr):
     """Reduction of ``source`` over ``axis`` (IterVars of kind reduce) with ``combiner``.
@@ -381,7 +423,12 @@ def _wrap_int(value: int, dtype: str) -> int:
 
 
 def _fold(op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr | None:
-    """Fold constants and trivial identities; None when nothing folds."""
+    """Fold constants and trivial identities; None when nothing folds.
+
+    Integer division and modulo follow numpy everywhere (here, the interpreter and the code
+    generators): ``x // 0 == 0``, ``x % 0 == 0``, and ``INT_MIN // -1`` wraps to ``INT_MIN``.
+    Nothing traps, so a kernel never dies of SIGFPE on data it was given.
+    """
     ca = isinstance(a, (IntImm, FloatImm))
     cb = isinstance(b, (IntImm, FloatImm))
     is_int = dt.is_int(a.dtype)
@@ -395,7 +442,9 @@ def _fold(op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr | None:
             v = x / y if y != 0 else (math.copysign(math.inf, x) if x != 0 else math.nan)
         elif op in ("//", "%"):
             if y == 0:
-                return None
+                if not is_int:
+                    return None
+                return IntImm(0, a.dtype)  # numpy's integer x // 0 and x % 0 (see _fold)
             v = x // y if op == "//" else x % y
             if not is_int:
                 v = float(v)
@@ -425,8 +474,10 @@ def _fold(op: str, a: PrimExpr, b: PrimExpr) -> PrimExpr | None:
         elif op in ("//",):
             if cb and b.value == 1:
                 return a
+            if cb and b.value == 0:
+                return IntImm(0, a.dtype)
         elif op == "%":
-            if cb and b.value == 1:
+            if cb and b.value in (1, 0):
                 return IntImm(0, a.dtype)
     return None
 
@@ -451,6 +502,84 @@ def compare(op: str, a: ExprLike, b: ExprLike) -> PrimExpr:
               ">": operator.gt, ">=": operator.ge}[op]
         return IntImm(int(fn(a.value, b.value)), "bool")
     return Cmp(op, a, b)
+
+
+# Per node class: a function returning the structural field values as a tuple.
+_STRUCTURE: dict[type, Callable] = {}
+
+
+def _structure(cls: type) -> Callable:
+    getter = _STRUCTURE.get(cls)
+    if getter is None:
+        names = [f.name for f in fields(cls) if f.compare]
+        if len(names) == 1:
+            single = operator.attrgetter(names[0])
+            getter = lambda n: (single(n),)  # noqa: E731 -- a tuple, like attrgetter(a, b)
+        else:
+            getter = operator.attrgetter(*names)
+        _STRUCTURE[cls] = getter
+    return getter
+
+
+def _expr_equal(a: PrimExpr, b: PrimExpr) -> bool:
+    """Structural equality of two expressions; variables compare by identity."""
+    # NOTE: this runs for every == on expressions (dict keys, `in` tests, statement equality),
+    # so it is one flat loop per node rather than a helper call per field.
+    if a is b:
+        return True
+    cls = type(a)
+    if cls is not type(b) or a._by_identity:
+        return False
+    getter = _STRUCTURE.get(cls) or _structure(cls)
+    for x, y in zip(getter(a), getter(b)):
+        if x is y:
+            continue
+        if isinstance(x, PrimExpr):
+            if not _expr_equal(x, y):
+                return False
+        elif isinstance(x, tuple):
+            if not (isinstance(y, tuple) and len(x) == len(y)):
+                return False
+            for u, v in zip(x, y):
+                if u is v:
+                    continue
+                if isinstance(u, PrimExpr):
+                    if not _expr_equal(u, v):
+                        return False
+                elif not u == v:
+                    return False
+        elif not x == y:  # buffers by identity, reducers and plain values by their own ==
+            return False
+    return True
+
+
+_NUMBER = (int, float, np.number, np.bool_)
+
+
+def _equality(op: str, a: PrimExpr, b) -> PrimExpr | bool:
+    """``a == b`` / ``a != b`` on expressions: a Cmp node whose truth is structural equality."""
+    if isinstance(b, PrimExpr):
+        same = _expr_equal(a, b)
+    elif isinstance(b, _NUMBER):
+        same = False  # a number is no IR node, whatever its value
+    else:
+        return NotImplemented
+    truth = same if op == "==" else not same
+    if same:
+        # Structurally equal operands have the same dtype: skip _unify, whose dtype queries
+        # walk down long expressions, on the path every dict lookup and `in` test takes.
+        node = Cmp(op, a, b)
+        object.__setattr__(node, "_truth", truth)
+        return node
+    try:
+        x, y = _unify(a, b, f"'{op}'")
+    except DTypeError:
+        # No IR comparison exists between these operands (a float and an int expression, say),
+        # so this can only be Python's question: answer it plainly.
+        return truth
+    node = Cmp(op, x, y)
+    object.__setattr__(node, "_truth", truth)
+    return node
 
 
 def equal(a: ExprLike, b: ExprLike) -> PrimExpr:

@@ -16,7 +16,7 @@ from . import expr as _expr_mod
 from . import stmt as _stmt_mod
 from .buffer import Buffer
 from .errors import TensorIRError
-from .expr import Node, Var
+from .expr import Node, Var, node_text
 from .visitor import node_fields
 
 FORMAT_VERSION = 1
@@ -32,9 +32,7 @@ class PrimFunc(Node):
     attrs: tuple = ()
 
     def __str__(self) -> str:
-        from .printer import to_text
-
-        return to_text(self)
+        return node_text(self)
 
     def __repr__(self) -> str:
         return f"PrimFunc({self.name}, params={[b.name for b in self.params]})"

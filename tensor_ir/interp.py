@@ -14,8 +14,9 @@ Semantics, chosen so that a program the interpreter accepts is also well defined
   rounds to float32), integers are Python ints wrapped to the dtype's width after any operation
   that can leave its range (the range is tracked statically from loop bounds, so index
   arithmetic usually needs no wrapping at all).
-- ``//`` and ``%`` are floordiv / floormod (round toward negative infinity); integer division
-  by zero raises :class:`InterpError`.  Float ``/`` by zero gives inf or nan as IEEE says.
+- ``//`` and ``%`` are floordiv / floormod (round toward negative infinity).  Integer division
+  follows numpy: ``x // 0 == 0``, ``x % 0 == 0`` and ``INT_MIN // -1`` wraps to ``INT_MIN``, as
+  the code generators compute it (no trap).  Float ``/`` by zero gives inf or nan as IEEE says.
 - Casts from float to int truncate toward zero (C); a non-finite or out-of-range value raises
   :class:`InterpError` because C leaves it undefined.
 - ``Select`` is lazy (only the taken branch runs); ``And`` / ``Or`` evaluate both operands,
@@ -96,15 +97,12 @@ def _oob(kind: str, name: str, arr, index: tuple, scope: dict):
 
 
 def _floordiv(a: int, b: int) -> int:
-    if b == 0:
-        raise InterpError(f"integer floordiv by zero ({a} // 0)")
-    return a // b
+    # numpy's integer semantics (see the module docstring); the caller wraps INT_MIN // -1.
+    return a // b if b else 0
 
 
 def _floormod(a: int, b: int) -> int:
-    if b == 0:
-        raise InterpError(f"integer floormod by zero ({a} % 0)")
-    return a % b
+    return a % b if b else 0
 
 
 def _f2i(x, dtype: str) -> int:

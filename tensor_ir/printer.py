@@ -40,7 +40,7 @@ from .buffer import Buffer
 from .errors import TensorIRError
 from .expr import (
     And, BinOp, BufferLoad, Call, Cast, Cmp, CommReducer, FloatImm, IntImm, Node, Not, Or,
-    PrimExpr, Reduce, Select, Var,
+    PrimExpr, Reduce, Select, Var, set_printer,
 )
 from .func import PrimFunc
 from .stmt import (
@@ -442,3 +442,6 @@ def _float_text(e: FloatImm) -> str:
         if not any(c in text for c in ".en"):
             text += ".0"
     return f"{text}f" if e.dtype == "float32" else f"{e.dtype}({text})"
+
+
+set_printer(to_text)

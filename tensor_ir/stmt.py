@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .expr import IntImm, Node, PrimExpr, Var, const
+from .expr import IntImm, Node, PrimExpr, Var, const, node_text
 
 # Loop kinds.  A thread-bound loop names its thread axis in For.thread_binding.
 SERIAL, PARALLEL, VECTORIZED, UNROLLED, THREAD_BINDING = (
@@ -25,9 +25,7 @@ class Stmt(Node):
     __slots__ = ()
 
     def __str__(self) -> str:
-        from .printer import to_text
-
-        return to_text(self)
+        return node_text(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from . import dtype as dt
 from .errors import TensorIRError
+from .llvm_support import llvm_names
 
 __all__ = ["KINDS", "HostInfo", "Target", "TargetError", "host_info"]
 
@@ -354,6 +355,37 @@ def _resolve(spec: str) -> tuple[str, dict[str, str]]:
     return kind, options
 
 
+_CPU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def _check_llvm_names(triple: str, cpu: str | None, mattr: tuple, spec: str) -> None:
+    """Refuse a -mcpu or -mattr that LLVM does not know for ``triple``, or a CPU that cannot
+    generate code for it (i386 for x86-64): LLVM would only warn about the first, and abort
+    the whole process on the second when the first kernel is compiled."""
+    if cpu is not None and not _CPU_NAME.fullmatch(cpu):
+        raise TargetError(f"target {spec!r}: -mcpu={cpu!r} is not a CPU name")
+    if _arch_of(triple) == "x86_64" and "-64bit" in mattr:
+        raise TargetError(f"target {spec!r}: -mattr entry '-64bit' cannot hold for {triple}")
+    if cpu is None and not mattr:
+        return
+    names = llvm_names(triple)
+    if names is None:
+        return  # LLVM's tables could not be read here: nothing to judge by
+    if cpu is not None:
+        if cpu not in names.cpus:
+            close = sorted(c for c in names.cpus if c.startswith(cpu[:3]))[:8]
+            hint = f"; similar names: {', '.join(close)}" if close else ""
+            raise TargetError(f"target {spec!r}: -mcpu={cpu} is not a CPU LLVM knows for "
+                              f"{triple}{hint}")
+        if cpu not in names.usable_cpus:
+            raise TargetError(f"target {spec!r}: -mcpu={cpu} cannot generate code for {triple} "
+                              f"(for x86-64, a 32-bit-only CPU)")
+    for attr in mattr:
+        if attr[1:] not in names.features:
+            raise TargetError(f"target {spec!r}: -mattr entry {attr!r} is not a feature LLVM "
+                              f"knows for {triple}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Target
 # ---------------------------------------------------------------------------------------------
@@ -450,6 +482,10 @@ class Target:
             if attr[0] not in "+-" or len(attr) < 2:
                 raise TargetError(f"target {spec!r}: -mattr entry {attr!r} must start with + "
                                   "or - (e.g. +avx2)")
+        # The host's own CPU name and "generic" need no look-up in LLVM's tables.
+        known = cpu in (None, "generic") or (same_machine and cpu == info.cpu)
+        explicit_cpu = None if known else cpu
+        _check_llvm_names(triple, explicit_cpu, mattr, spec)
         # Base features: the host's when the target is the host CPU, otherwise the table's for
         # a known CPU plus the architecture's baseline SIMD.
         describes_host = same_machine and cpu in (None, info.cpu)

@@ -16,8 +16,11 @@ import inspect
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
+
 from . import dtype as dt
 from .analysis import access_region
+from .bounds import check_loads
 from .buffer import Buffer
 from .errors import DTypeError, TEError, TensorIRError
 from .expr import (
@@ -29,7 +32,7 @@ from .stmt import (
     REDUCE, SERIAL, SPATIAL, TRUE, Block, BlockRealize, BufferRegion, BufferStore, For, IterVar,
     Range, seq,
 )
-from .visitor import collect, transform, walk
+from .visitor import collect, substitute, transform, walk
 
 __all__ = [
     "Tensor", "placeholder", "compute", "reduce_axis", "sum", "max", "min", "comm_reducer",
@@ -164,6 +167,16 @@ def var(name: str = "v", dtype: str = dt.INDEX_DTYPE) -> Var:
     return Var(name, dt.canonical(dtype))
 
 
+def _axis_int(value, name: str) -> int:
+    """An int bound of reduce_axis ``name`` (Python / numpy int or an IntImm)."""
+    if isinstance(value, IntImm) and value.dtype != "bool":
+        return value.value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise TEError(f"reduce_axis {name}: dom must be an int extent or a (begin, end) pair of "
+                  f"ints, got {value!r}")
+
+
 def reduce_axis(dom, name: str = "rv") -> AxisVar:
     """A reduction axis over ``dom``: an extent ``n`` (0..n-1) or a ``(begin, end)`` pair."""
     if isinstance(dom, Range):
@@ -171,10 +184,10 @@ def reduce_axis(dom, name: str = "rv") -> AxisVar:
     elif isinstance(dom, (tuple, list)):
         if len(dom) != 2:
             raise TEError(f"reduce_axis {name}: expected (begin, end), got {dom!r}")
-        begin, end = int(dom[0]), int(dom[1])
+        begin, end = _axis_int(dom[0], name), _axis_int(dom[1], name)
         rng = Range(IntImm(begin), IntImm(end - begin))
     else:
-        rng = Range(IntImm(0), IntImm(int(dom)))
+        rng = Range(IntImm(0), IntImm(_axis_int(dom, name)))
     if isinstance(rng.extent, IntImm) and rng.extent.value < 0:
         raise TEError(f"reduce_axis {name}: negative extent {rng.extent.value}")
     return AxisVar(name, dt.INDEX_DTYPE, rng, REDUCE)
@@ -213,11 +226,9 @@ class _Reducer:
         if init is not None:
             combiner = CommReducer(combiner.name, combiner.lhs, combiner.rhs, combiner.result,
                                    const(init, source.dtype))
-        cond = TRUE if where is None else where
+        cond = TRUE if where is None else _no_python_bool(where, f"reducer {self.name}: where=")
         if not isinstance(cond, PrimExpr) or cond.dtype != "bool":
-            hint = ("; == compares expressions structurally, build the condition with te.equal"
-                    if isinstance(where, bool) else "")
-            raise TEError(f"reducer {self.name}: where= must be a boolean expression{hint}")
+            raise TEError(f"reducer {self.name}: where= must be a boolean expression")
         return Reduce(combiner, source, axes, cond)
 
 
@@ -264,22 +275,39 @@ def min(expr, axis=None, where=None, init=None):  # noqa: A001
 # Elementwise helpers
 # ---------------------------------------------------------------------------------------------
 
+def _no_python_bool(value, what: str):
+    """Refuse a Python bool where an expression is expected.
+
+    A bool here is almost always a comparison Python answered instead of building IR (``is``,
+    ``in``, a comparison of plain ints, or ``==`` between operands of unrelated dtypes); taking
+    it as a constant would silently compute the wrong thing.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TEError(f"{what} got the Python bool {bool(value)}, not an expression; build "
+                      f"comparisons as expressions, e.g. te.equal(a, b) / te.not_equal(a, b), "
+                      f"or te.const(True) for a constant")
+    return value
+
+
 def if_then_else(cond, then_value, else_value) -> PrimExpr:
     """Select lazily: the branch not taken is never evaluated (used for padding)."""
+    _no_python_bool(cond, "if_then_else condition")
+    _no_python_bool(then_value, "if_then_else true value")
+    _no_python_bool(else_value, "if_then_else false value")
     return select(cond, then_value, else_value)
 
 
 def all(*conds) -> PrimExpr:  # noqa: A001
     out = const(True)
-    for c in conds:
-        out = logic_and(out, c)
+    for d, c in enumerate(conds):
+        out = logic_and(out, _no_python_bool(c, f"te.all argument {d}"))
     return out
 
 
 def any(*conds) -> PrimExpr:  # noqa: A001
     out = const(False)
-    for c in conds:
-        out = logic_or(out, c)
+    for d, c in enumerate(conds):
+        out = logic_or(out, _no_python_bool(c, f"te.any argument {d}"))
     return out
 
 
@@ -365,13 +393,21 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "",
         body = fcompute(*axis)
         if isinstance(body, (list, tuple)):
             raise TEError("returning several values from one stage is not supported")
+        _no_python_bool(body, "the body")
         if not isinstance(body, PrimExpr):
             body = const(body)
+        if not isinstance(body, Reduce) and collect(body, Reduce):
+            body = _split_reductions(name, shape, axis, body)
         _check_body(body, axis)
     except (TensorIRError, TypeError) as err:
         if isinstance(err, TEError) and str(err).startswith(f"stage {name}:"):
             raise
         raise TEError(f"stage {name}: {err}") from err
+    return _stage(name, shape, axis, body, tag, attrs)
+
+
+def _stage(name: str, shape: tuple, axis: tuple, body: PrimExpr, tag: str = "",
+           attrs: dict | None = None) -> Tensor:
     reduce_axes = body.axis if isinstance(body, Reduce) else ()
     inputs = []
     for load in collect(body, ProducerLoad):
@@ -381,6 +417,31 @@ def compute(shape, fcompute: Callable, name: str = "compute", tag: str = "",
     return Tensor(op, shape, body.dtype, name)
 
 
+def _split_reductions(name: str, shape: tuple, axis: tuple, body: PrimExpr) -> PrimExpr:
+    """``body`` with each reduction inside it computed by a stage of its own.
+
+    ``te.sum(X[i, k], axis=k) / L`` becomes a stage ``<name>_red`` holding the sum and a body
+    reading it: ``<name>_red[i] / L``; the caller's stage keeps ``name``, so the output tensor
+    (and the records and reports naming it) reads as the user wrote it.  A second reduction in
+    the same body gets ``<name>_red1``, and so on.
+    """
+    stages: list = []
+
+    def lift(node):
+        if not isinstance(node, Reduce):
+            return None
+        if collect(node.source, Reduce) or collect(node.condition, Reduce):
+            raise TEError("a reduction inside another reduction is not supported; "
+                          "compute the inner one in a stage of its own")
+        red_name = f"{name}_red" if not stages else f"{name}_red{len(stages)}"
+        _check_body(node, axis)
+        tensor = _stage(red_name, shape, axis, node)
+        stages.append(tensor)
+        return ProducerLoad(tensor, tuple(axis))
+
+    return transform(body, lift)
+
+
 def _check_body(body: PrimExpr, axis: tuple) -> None:
     top_reduce = body if isinstance(body, Reduce) else None
     if top_reduce is not None:
@@ -388,8 +449,8 @@ def _check_body(body: PrimExpr, axis: tuple) -> None:
     else:
         nested = collect(body, Reduce)
     if nested:
-        raise TEError("a reduction must be the whole body of a stage (nested reduction found); "
-                      "split it into two stages")
+        raise TEError("a reduction inside another reduction is not supported; compute the "
+                      "inner one in a stage of its own")
     bound = set(axis)
     if top_reduce is not None:
         bound |= set(top_reduce.axis)
@@ -512,7 +573,8 @@ def _stage_nest(t: Tensor, buffers: dict, block_names: set):
         source = rewrite(body.source)
         cond = rewrite(body.condition)
         current = BufferLoad(out, store_idx)
-        update = body.combiner.combine(current, source)
+        combiner = body.combiner
+        update = substitute(combiner.result, {combiner.lhs: current, combiner.rhs: source})
         if not (isinstance(cond, IntImm) and cond.value):
             update = select(cond, update, current)
         block_body = BufferStore(out, update, store_idx)
@@ -520,6 +582,11 @@ def _stage_nest(t: Tensor, buffers: dict, block_names: set):
     else:
         block_body = BufferStore(out, rewrite(body), store_idx)
         init = None
+    # Refuse loads proven to leave their buffer, guard those that cannot be proven inside.
+    dom = {block_vars[a]: (a.dom.min.value, a.dom.min.value + a.dom.extent.value - 1)
+           for a in axes if isinstance(a.dom.min, IntImm) and isinstance(a.dom.extent, IntImm)}
+    block_body = check_loads(op.name, block_body, dom,
+                             {block_vars[a]: loop_vars[a] for a in axes})
 
     loads = collect(block_body, BufferLoad)
     accesses: dict[int, tuple] = {}

@@ -24,7 +24,8 @@ _POSITIONAL: dict[type, bool] = {}
 def node_fields(cls: type) -> tuple[str, ...]:
     names = _FIELDS.get(cls)
     if names is None:
-        names = tuple(f.name for f in dataclasses.fields(cls))
+        # Fields outside __init__ are caches, not structure (Cmp's truth from Python's ==).
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
         _FIELDS[cls] = names
     return names
 
@@ -57,13 +58,39 @@ def _rebuild(node, changes: dict):
     cls = type(node)
     positional = _POSITIONAL.get(cls)
     if positional is None:
-        positional = all(f.init and not f.kw_only for f in dataclasses.fields(cls))
+        positional = all(not f.kw_only for f in dataclasses.fields(cls) if f.init)
         _POSITIONAL[cls] = positional
     if not positional:
         return dataclasses.replace(node, **changes)
     values = field_values(cls)(node)
     return cls(*[changes[name] if name in changes else value
                  for name, value in zip(node_fields(cls), values)])
+
+
+def map_children(node, fn: Callable):
+    """``node`` with ``fn`` applied to each direct child node (inside tuple fields too); the
+    same object when nothing changes.  For rewrites that carry context down the tree, which
+    the bottom-up :func:`transform` cannot."""
+    if isinstance(node, _LEAVES) or not isinstance(node, Node):
+        return node
+    cls = type(node)
+
+    def visit_tuple(values: tuple) -> tuple:
+        new = tuple(fn(v) if isinstance(v, Node) else visit_tuple(v) if isinstance(v, tuple)
+                    else v for v in values)
+        return values if all(a is b for a, b in zip(new, values)) else new
+
+    changes = {}
+    for name, old in zip(node_fields(cls), field_values(cls)(node)):
+        if isinstance(old, Node):
+            new = fn(old)
+        elif isinstance(old, tuple):
+            new = visit_tuple(old)
+        else:
+            continue
+        if new is not old:
+            changes[name] = new
+    return _rebuild(node, changes) if changes else node
 
 
 def children(node) -> list:

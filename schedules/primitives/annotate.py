@@ -133,6 +133,20 @@ def _json_value(value, where: str):
                         f"is not JSON-like (int, float, str, bool, None or lists of them)")
 
 
+# Annotations whose value the post-processor and lowering read as a count: a non-negative int.
+# NOTE: the keys are spelled here rather than imported from rules/ and postproc, which sit
+# above the primitives.
+COUNT_ANNOTATIONS = ("pragma_auto_unroll_max_step", "meta_schedule.unroll_explicit",
+                     "meta_schedule.parallel", "meta_schedule.vectorize")
+
+
+def _check_count(key: str, value, where: str) -> None:
+    if key in COUNT_ANNOTATIONS:
+        check(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+              f"{where}: annotation {key} takes a non-negative int (a step or extent), got "
+              f"{value!r}")
+
+
 def _set_annotation(annotations: tuple, key: str, value) -> tuple:
     return tuple((k, v) for k, v in annotations if k != key) + ((key, value),)
 
@@ -148,11 +162,13 @@ def annotate(func: PrimFunc, target, key: str, value) -> PrimFunc:
     if isinstance(target, Var):
         loop = find_loop(func, target).node
         value = _json_value(value, f"annotate loop {target.name}")
+        _check_count(key, value, f"annotate loop {target.name}")
         new = For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
                   loop.thread_binding, _set_annotation(loop.annotations, key, value))
         return replace(func, loop, new)
     realize = find_block(func, target).node
     value = _json_value(value, f"annotate block {target}")
+    _check_count(key, value, f"annotate block {target}")
     block: Block = realize.block
     new_block = Block(block.name, block.iter_vars, block.reads, block.writes, block.body,
                       block.init, block.alloc_buffers,

@@ -14,10 +14,12 @@ from ..errors import check
 from . import blocks as B
 from .regions import loop_ranges, relax
 
-__all__ = ["cache_read", "cache_write", "set_scope", "storage_align", "copy_region"]
+__all__ = ["cache_read", "cache_write", "set_scope", "storage_align", "copy_region",
+           "check_scope"]
 
 
-def _check_scope(scope: str, what: str) -> None:
+def check_scope(scope: str, what: str) -> None:
+    """Raise ScheduleError (naming the primitive ``what``) unless ``scope`` is a storage scope."""
     check(scope in SCOPES, f"{what}: unknown storage scope {scope!r}; expected one of "
                            f"{', '.join(SCOPES)}")
 
@@ -95,7 +97,7 @@ def cache_read(func: PrimFunc, block: str, read_buffer_index: int,
                                                  for i, j: C[i, j] = A_local[i, j] + 1
     """
     what = "cache_read"
-    _check_scope(scope, what)
+    check_scope(scope, what)
     loc = tree.find_block(func, block)
     blk = loc.node.block
     check(0 <= read_buffer_index < len(blk.reads),
@@ -137,7 +139,7 @@ def cache_write(func: PrimFunc, block: str, write_buffer_index: int,
               for ax0, ax1: C[v0, v1] = C_local[v0, v1]
     """
     what = "cache_write"
-    _check_scope(scope, what)
+    check_scope(scope, what)
     loc = tree.find_block(func, block)
     blk = loc.node.block
     check(0 <= write_buffer_index < len(blk.writes),
@@ -187,7 +189,7 @@ def set_scope(func: PrimFunc, block: str, buffer_index: int, scope: str) -> Prim
         alloc B: float32[16] (global)    =>    alloc B: float32[16] (shared)
     """
     what = "set_scope"
-    _check_scope(scope, what)
+    check_scope(scope, what)
     _, buf = _allocated_output(func, block, buffer_index, what)
     if buf.scope == scope:
         return func

@@ -4,12 +4,18 @@ packing is done, keeping the function's signature)."""
 from __future__ import annotations
 
 from dataclasses import replace as dc_replace
+from fractions import Fraction
 from typing import Callable
+
+import numpy as np
 
 from tensor_ir import dtype as dt
 from tensor_ir.analysis import const_bound
+from tensor_ir.arith import linear_form
 from tensor_ir.buffer import Buffer
-from tensor_ir.expr import BinOp, BufferLoad, IntImm, PrimExpr, Var, binary, const, select
+from tensor_ir.expr import (
+    BinOp, BufferLoad, Cast, IntImm, PrimExpr, Var, binary, const, select,
+)
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import Block, BufferRegion, BufferStore, Range, seq
 from tensor_ir.visitor import substitute, transform
@@ -17,7 +23,7 @@ from tensor_ir.visitor import substitute, transform
 from .. import tree
 from ..errors import ScheduleError, check
 from . import blocks as B
-from .cache import _check_scope
+from .cache import check_scope
 from .regions import canon, recompute_regions
 
 __all__ = ["transform_layout", "pack_layout", "resolve_buffer"]
@@ -73,6 +79,95 @@ def _apply_map(buf: Buffer, index_map: Callable, what: str):
     return vars_, exprs, tuple(new_shape)
 
 
+# Domains up to this many points are checked for injectivity point by point (numpy, a few
+# tens of milliseconds); larger ones need a proof from the map's form.
+_EXACT_CHECK_POINTS = 1 << 22
+
+_NUMPY_OPS = {"+": np.add, "-": np.subtract, "*": np.multiply, "//": np.floor_divide,
+              "%": np.mod, "min": np.minimum, "max": np.maximum}
+
+
+def _evaluate(e: PrimExpr, grids: dict):
+    """``e`` at every point of the domain (``grids``: Var -> broadcastable int64 array); None
+    when ``e`` holds something this small evaluator does not know."""
+    if isinstance(e, IntImm):
+        return np.int64(e.value)
+    if isinstance(e, Var):
+        return grids.get(e)
+    if isinstance(e, Cast) and dt.is_int(e.dtype):
+        return _evaluate(e.value, grids)
+    if isinstance(e, BinOp) and e.op in _NUMPY_OPS:
+        a, b = _evaluate(e.a, grids), _evaluate(e.b, grids)
+        if a is None or b is None:
+            return None
+        if e.op in ("//", "%"):
+            b = np.where(b == 0, 1, b)  # a zero divisor gives 0 (numpy's integer semantics)
+            out = _NUMPY_OPS[e.op](a, b)
+            return np.where(_evaluate(e.b, grids) == 0, 0, out)
+        return _NUMPY_OPS[e.op](a, b)
+    return None
+
+
+def _injective_by_points(vars_: list, exprs: list, shape: tuple, new_shape: tuple):
+    """True / False when every point of the domain was checked, None when that was not done."""
+    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if size > _EXACT_CHECK_POINTS or size == 0:
+        return None if size else True
+    grids = dict(zip(vars_, np.indices(shape, dtype=np.int64)))
+    flat = np.zeros(shape, dtype=np.int64)
+    for e, extent in zip(exprs, new_shape):
+        values = _evaluate(e, grids)
+        if values is None:
+            return None
+        flat = flat * extent + np.broadcast_to(values, shape)
+    return bool(np.unique(flat.ravel()).size == size)
+
+
+def _injective_affine(vars_: list, exprs: list, shape: tuple) -> bool:
+    """Whether the map is affine in the old indices with a matrix of full column rank (over the
+    indices that take more than one value): then no two points share an image."""
+    moving = [v for v, s in zip(vars_, shape) if s > 1]
+    rows = []
+    for e in exprs:
+        form = linear_form(e)
+        if any(not isinstance(atom, Var) or atom not in vars_ for atom, _ in form.terms):
+            return False
+        rows.append([Fraction(form.coeff(v)) for v in moving])
+    # Gaussian elimination over the rationals: the rank is the number of pivots.
+    rank, cols = 0, len(moving)
+    for c in range(cols):
+        pivot = next((r for r in range(rank, len(rows)) if rows[r][c] != 0), None)
+        if pivot is None:
+            return False
+        rows[rank], rows[pivot] = rows[pivot], rows[rank]
+        for r in range(len(rows)):
+            if r != rank and rows[r][c] != 0:
+                factor = rows[r][c] / rows[rank][c]
+                rows[r] = [x - factor * y for x, y in zip(rows[r], rows[rank])]
+        rank += 1
+    return rank == cols
+
+
+def _check_injective(buf: Buffer, vars_: list, exprs: list, new_shape: tuple, what: str):
+    """Refuse a map that sends two elements of ``buf`` to one place (the kernel would compute
+    with one of them overwritten), or one that cannot be proven not to."""
+    shape = buf.const_shape
+    exact = _injective_by_points(vars_, exprs, shape, new_shape)
+    if exact is not None:
+        check(exact, f"{what}: index_map is not injective over the shape {shape} of "
+                     f"{buf.name}: two elements would share one place of the new layout")
+        return
+    if _injective_affine(vars_, exprs, shape):
+        return
+    try:
+        _invert(vars_, exprs, shape, new_shape, what, buf.name)
+    except ScheduleError:
+        raise ScheduleError(
+            f"{what}: cannot prove index_map injective over the shape {shape} of {buf.name} "
+            f"(too large to check point by point, and neither affine of full rank nor built "
+            f"from x, x // c, x % c of single indices)") from None
+
+
 def _remap(node, old: Buffer, new: Buffer, vars_: list, exprs: list):
     def idx(indices):
         mapping = dict(zip(vars_, indices))
@@ -96,7 +191,9 @@ def transform_layout(func: PrimFunc, block: str, buffer, index_map: Callable) ->
     ``buffer`` is an index into ``block``'s writes, ``("read" | "write", index)`` or a buffer
     name.  Preconditions: the buffer is allocated in the function; a function parameter keeps
     the caller's layout, so use :func:`pack_layout` (a packed copy) for it; the map returns
-    integer indices that are non-negative and bounded over the old shape.
+    integer indices that are non-negative and bounded over the old shape, and it is injective
+    over the old shape (checked point by point for shapes up to about four million elements,
+    otherwise proven from the map's form: affine of full rank, or built from x, x // c, x % c).
 
     Before / after (transform_layout(B, 0, lambda i, j: (j // 4, i, j % 4)))::
 
@@ -111,6 +208,7 @@ def transform_layout(func: PrimFunc, block: str, buffer, index_map: Callable) ->
           f"{what}: {buf.name} is a function parameter whose layout the caller fixes; use "
           f"pack_layout to read it through a packed copy")
     vars_, exprs, shape = _apply_map(buf, index_map, what)
+    _check_injective(buf, vars_, exprs, shape, what)
     new_buf = Buffer(buf.name, tuple(IntImm(s) for s in shape), buf.dtype, buf.scope)
     touching = sorted(set(B.writers(func, buf)) | set(B.readers(func, buf)))
     body = _remap(func.body, buf, new_buf, vars_, exprs)
@@ -187,7 +285,7 @@ def pack_layout(func: PrimFunc, block: str, buffer, index_map: Callable,
               for i, j, k: C[i, j] += A[i, k] * B_packed[j // 16, k, j % 16]
     """
     what = "pack_layout"
-    _check_scope(scope, what)
+    check_scope(scope, what)
     loc = tree.find_block(func, block)
     blk = loc.node.block
     if isinstance(buffer, int) and not isinstance(buffer, bool):

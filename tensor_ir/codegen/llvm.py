@@ -54,8 +54,6 @@ ALLOCA_MAX_BYTES = 64 * 1024
 # An unrolled loop is emitted as copies only while the copies stay within this many leaf
 # statements; beyond it the loop stays a loop (LLVM may still unroll it partially).
 MAX_UNROLL_STEPS = 4096
-# Widest vector emitted for one vectorized loop; longer loops run a serial loop over chunks.
-MAX_LANES = 64
 
 @dataclass(frozen=True)
 class CodegenOptions:
@@ -192,8 +190,9 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         fn.attributes.add("nounwind")
         for arg, buf in zip(fn.args, func.params):
             arg.name = symbol_name(buf.name)
-            # The kernel's caller guarantees that the arrays do not overlap (autotune's Kernel
-            # checks it); noalias lets LLVM keep loads in registers across stores.
+            # The kernel's caller guarantees that no array the kernel writes overlaps another
+            # (autotune's Kernel checks it; read-only arrays may share memory, which noalias
+            # allows); noalias lets LLVM keep loads in registers across stores.
             arg.add_attribute("noalias")
             self.buffers[buf] = arg
         self._begin_function(fn, in_parallel=False)
@@ -592,7 +591,12 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
                 q = self.call_intrinsic("llvm.floor", [bld.fdiv(a, b)])
                 return bld.fsub(a, bld.fmul(q, b))
             if op in ("min", "max"):
-                return bld.select(bld.fcmp_ordered("<" if op == "min" else ">", a, b), a, b)
+                # numpy's minimum / maximum: a NaN on either side is the answer.  The ordered
+                # compare picks b when b is NaN; the unordered self-compare catches a NaN a.
+                # Both are lane-wise selects, so vector code stays vector (minps/maxps plus a
+                # blend on x86).
+                pick = bld.select(bld.fcmp_ordered("<" if op == "min" else ">", a, b), a, b)
+                return bld.select(bld.fcmp_unordered("uno", a, a), a, pick)
         elif dtype == "bool":
             if op == "min":
                 return bld.and_(a, b)
@@ -663,10 +667,8 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
             return bld.sub(a, b, flags=flags)
         if op == "*":
             return bld.mul(a, b, flags=flags)
-        if op == "//":
-            return bld.udiv(a, b) if unsigned else self._floordiv(a, b)
-        if op == "%":
-            return bld.urem(a, b) if unsigned else self._floormod(a, b)
+        if op in ("//", "%"):
+            return self._divide(op, a, b, unsigned)
         if op in ("min", "max"):
             cmp = bld.icmp_unsigned if unsigned else bld.icmp_signed
             return bld.select(cmp("<" if op == "min" else ">", a, b), a, b)
@@ -677,6 +679,38 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
         if op == "xor":
             return bld.xor(a, b)
         raise BuildError(f"codegen: integer operator {op!r} is not supported")
+
+    def _divide(self, op: str, a: ir.Value, b: ir.Value, unsigned: bool) -> ir.Value:
+        """Integer ``a // b`` or ``a % b`` with numpy's answers where the hardware traps:
+        ``x // 0 == x % 0 == 0`` and ``INT_MIN // -1 == INT_MIN`` (wrapping).
+
+        A constant divisor other than 0 (and -1 for signed types) is divided by directly --
+        the common case, which LLVM turns into multiplications.  Any other divisor is replaced
+        by 1 where it would trap (a select, no branch), and the answer is fixed up after.
+        """
+        bld = self.builder
+        divisors = _const_lanes(b)
+        bad = (0,) if unsigned else (0, -1)
+        if divisors is not None and not any(_signed(d, int_bits(b)) in bad for d in divisors):
+            if unsigned:
+                return bld.udiv(a, b) if op == "//" else bld.urem(a, b)
+            return self._floordiv(a, b) if op == "//" else self._floormod(a, b)
+        zero, one = zero_of(b.type), _splat(b.type, 1)
+        is_zero = bld.icmp_unsigned("==", b, zero)
+        trap = is_zero
+        if not unsigned:
+            is_minus_one = bld.icmp_signed("==", b, _splat(b.type, -1))
+            trap = bld.or_(is_zero, is_minus_one)
+        safe = bld.select(trap, one, b)
+        if op == "%":
+            # x % 1 == 0: the answer for a zero divisor, and the true one for -1.
+            return bld.urem(a, safe) if unsigned else self._floormod(a, safe)
+        if unsigned:
+            return bld.select(is_zero, zero, bld.udiv(a, safe))
+        # x // -1 == -x, wrapping: INT_MIN stays INT_MIN as in numpy.
+        quotient = bld.select(is_minus_one, bld.sub(zero_of(a.type), a),
+                              self._floordiv(a, safe))
+        return bld.select(is_zero, zero, quotient)
 
     def _floor_adjust(self, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(remainder, needs adjust): C truncating division rounds toward zero; floor
@@ -931,7 +965,7 @@ def fold_int(op: str, a: int, b: int, width: int, unsigned: bool) -> int | None:
         return a * b
     if op in ("//", "%"):
         if b == 0:
-            return None
+            return 0  # numpy's integer x // 0 and x % 0, as _divide emits them
         # Python's // and % are floor division and floor modulo: what the emitted sequence
         # computes for signed operands, and plain division for unsigned (non-negative) ones.
         return a // b if op == "//" else a % b
@@ -946,6 +980,23 @@ def fold_int(op: str, a: int, b: int, width: int, unsigned: bool) -> int | None:
     if op == "xor":
         return a ^ b
     return None
+
+
+def _const_lanes(v: ir.Value) -> list[int] | None:
+    """The values of an integer constant, scalar or vector (one per lane), else None."""
+    c = const_int(v)
+    if c is not None:
+        return [c]
+    if isinstance(v, ir.Constant) and isinstance(v.type, ir.VectorType):
+        return const_int_vector(v)
+    return None
+
+
+def _splat(ty: ir.Type, value: int) -> ir.Constant:
+    """The integer constant ``value`` of ``ty``, in every lane when ``ty`` is a vector."""
+    if isinstance(ty, ir.VectorType):
+        return ir.Constant(ty, [int_constant(ty.element, value)] * ty.count)
+    return int_constant(ty, value)
 
 
 def _signed(x: int, width: int) -> int:

@@ -37,6 +37,9 @@ from ..stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, LetStmt, Se
 from ..visitor import walk
 from .types import I32, PTR, all_ones, memory_type, value_type, zero_of
 
+# Widest vector emitted for one vectorized loop; longer loops run a serial loop over chunks.
+MAX_LANES = 64
+
 
 def choose_lanes(extent: int, max_lanes: int) -> int:
     """Vector width for a loop of ``extent``: the extent itself when it fits, else its largest
@@ -54,8 +57,6 @@ class VectorMixin:
 
     # -- entry --------------------------------------------------------------------------------
     def vector_loop(self, s: For, extent: int) -> None:
-        from .llvm import MAX_LANES
-
         # Only a width that is not a power of two is cut (checked first: the lane count walks
         # the body, and unrolled nests emit the same loop many times).
         if extent <= MAX_LANES and extent & (extent - 1):
@@ -89,8 +90,6 @@ class VectorMixin:
     def register_lanes(self, s: For) -> int:
         """Lanes of one target vector register for the widest element ``s`` loads or stores
         (MAX_LANES when the target's vector width is unknown)."""
-        from .llvm import MAX_LANES
-
         bits = self.options.vector_bits
         if not bits:
             return MAX_LANES
@@ -372,17 +371,15 @@ def has_any_load(e) -> bool:
 
 def maskable(e) -> bool:
     """Whether ``e`` may be evaluated in lanes that do not use its value, with only its loads
-    masked: no nested select (its own laziness would need a mask of its own) and no integer
-    division or modulo by anything but a nonzero constant (x86 traps on division by zero)."""
+    masked: no nested select (its own laziness would need a mask of its own).  Integer
+    division cannot trap in any lane (see ``_divide`` in llvm.py), so it needs no mask."""
     ok = True
 
     def visit(n):
         nonlocal ok
         if not ok:
             return False
-        traps = isinstance(n, BinOp) and n.op in ("//", "%") and not dt.is_float(n.dtype) \
-            and not (isinstance(n.b, IntImm) and n.b.value != 0)
-        if isinstance(n, Select) or traps:
+        if isinstance(n, Select):
             ok = False
         return None
 

@@ -204,4 +204,5 @@ def test_other_cpu_of_this_architecture_runs_when_features_allow():
     assert Target("llvm -mcpu=x86-64").is_host  # baseline code runs on any x86-64
     needs_avx512 = Target("llvm -mcpu=skylake-avx512")
     assert needs_avx512.is_host == ("avx512f" in info.features)
-    assert not Target("llvm -mcpu=some-future-cpu").is_host  # unknown: not assumed to run
+    with pytest.raises(TargetError, match="-mcpu=some-future-cpu"):
+        Target("llvm -mcpu=some-future-cpu")  # unknown to LLVM: refused, not guessed at

@@ -63,7 +63,7 @@ def test_fold_int_matches_numpy_int32(op, a, b):
     x, y = np.int32(a), np.int32(b)
     folded = fold_int(op, a, b, 32, unsigned=False)
     if op in ("//", "%") and b == 0:
-        assert folded is None
+        assert folded == 0  # numpy's integer x // 0 and x % 0, as the emitted code computes
         return
     with np.errstate(over="ignore"):
         expected = {"+": lambda: x + y, "-": lambda: x - y, "*": lambda: x * y,
@@ -261,9 +261,10 @@ def test_nested_select_in_a_side_falls_back_to_per_lane_branches():
     assert "sel.then" in compiled.source_ir
 
 
-def test_integer_division_by_a_variable_is_not_evaluated_in_masked_lanes():
-    # d[x] may be 0 exactly in the lanes whose condition is false: the side must not be
-    # evaluated there (x86 traps on division by zero), so the per-lane path is taken.
+def test_integer_division_by_a_variable_in_masked_lanes():
+    # d[x] is 0 exactly in the lanes whose condition is false.  Integer division never traps
+    # (a zero divisor is replaced before the instruction), so evaluating it in those lanes is
+    # harmless and the select may stay vectorised.
     A = decl_buffer((8,), "int32", "A")
     D = decl_buffer((8,), "int32", "D")
     B = decl_buffer((8,), "int32", "B")
@@ -274,9 +275,8 @@ def test_integer_division_by_a_variable_is_not_evaluated_in_masked_lanes():
     a = np.arange(8, dtype=np.int32) * 7
     d = np.array([1, 0, 2, 0, 3, 0, 4, 0], np.int32)
     b = np.zeros(8, np.int32)
-    compiled = run(f, a, d, b)
+    run(f, a, d, b)
     np.testing.assert_array_equal(b, np.where(d != 0, a // np.where(d == 0, 1, d), -1))
-    assert "llvm.masked" not in compiled.source_ir
 
 
 # ---------------------------------------------------------------------------------------------

@@ -50,8 +50,11 @@ def test_reduce_axis_with_begin_end_and_where():
     S = te.compute((1,), lambda i: te.sum(A[r], axis=r, where=te.equal(r % 2, 0)), name="S")
     assert S.op.reduce_axis[0].dom.min == IntImm(2)
     assert S.op.reduce_axis[0].dom.extent == IntImm(5)
+    # == builds the same condition as te.equal (as in TVM); a Python bool is refused.
+    S2 = te.compute((1,), lambda i: te.sum(A[r], axis=r, where=r % 2 == 0), name="S2")
+    assert S2.op.body.condition == S.op.body.condition
     with pytest.raises(TEError, match="te.equal"):
-        te.compute((1,), lambda i: te.sum(A[r], axis=r, where=r % 2 == 0), name="S2")
+        te.compute((1,), lambda i: te.sum(A[r], axis=r, where=True), name="S3")
 
 
 def test_max_min_two_args_are_elementwise():
@@ -109,8 +112,12 @@ def test_unbound_reduce_axis():
 def test_nested_reduction_rejected():
     A = te.placeholder((4, 4), name="A")
     k = te.reduce_axis(4, name="k")
-    with pytest.raises(TEError, match="stage N.*whole body"):
-        te.compute((4,), lambda i: te.sum(A[i, k], axis=k) + 1.0, name="N")
+    j = te.reduce_axis(4, name="j")
+    with pytest.raises(TEError, match="stage N.*reduction inside another reduction"):
+        te.compute((4,), lambda i: te.sum(te.sum(A[j, k], axis=k), axis=j), name="N")
+    # A reduction inside an elementwise expression gets a stage of its own (N_red).
+    N = te.compute((4,), lambda i: te.sum(A[i, k], axis=k) + 1.0, name="N")
+    assert [t.name for t in N.op.input_tensors] == ["N_red"]
 
 
 def test_wrong_arity_and_bad_shape():

@@ -1,0 +1,295 @@
+"""The package structure, read from the sources with ``ast`` (nothing is imported).
+
+Three rules hold over every import statement of the packages, those inside functions included
+(a deferred import is still a dependency; deferring one only hides a cycle from Python):
+
+1. **One stack.** ``tensor_ir`` <- ``schedules`` <- ``records`` <- ``cost_models`` <- ``search``
+   <- ``autotune``: a package imports only from itself and the packages below it.
+2. **No cycles.** The modules of the packages never import each other in a circle, whether the
+   circle stays inside one package or not.
+3. **No reaching into privates.** A module never takes another module's underscored name
+   (``from m import _x`` or ``m._x``).
+
+Run ``python tests/test_architecture.py`` to print every violation with its file and line.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Bottom first; a package may import those before it in the list.
+STACK = ("tensor_ir", "schedules", "records", "cost_models", "search", "autotune")
+LEVEL = {name: i for i, name in enumerate(STACK)}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str       # the importing module, dotted
+    target: str       # the module imported from, dotted (resolved when relative)
+    names: tuple      # names taken from it ("" for a plain ``import target``)
+    line: int
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files() -> dict[str, Path]:
+    out = {}
+    for package in STACK:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            out[module_name(path)] = path
+    return out
+
+
+def _resolve(module: str, is_package: bool, level: int, name: str | None) -> str:
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if level > 1:
+        base = base[:len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+def imports_of(module: str, path: Path) -> list[Import]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    out = []
+    for node in _executed(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                out.append(Import(module, alias.name, ("",), node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            target = (_resolve(module, is_package, node.level, node.module) if node.level
+                      else node.module or "")
+            out.append(Import(module, target, tuple(a.name for a in node.names), node.lineno))
+    return out
+
+
+def _executed(tree: ast.Module):
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (imports there serve
+    annotations only and never run)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return [n for n in ast.walk(tree) if id(n) not in skip]
+
+
+def _owner(target: str, modules: dict[str, Path]) -> str | None:
+    """The module of ours that ``target`` names (a submodule import resolves to itself)."""
+    while target:
+        if target in modules:
+            return target
+        target = target.rpartition(".")[0]
+    return None
+
+
+def graph(modules: dict[str, Path]) -> tuple[dict[str, set[str]], list[Import]]:
+    """Module -> modules it imports (ours only), and every import of ours.  ``from pkg import
+    sub`` where ``sub`` is a submodule counts as an import of ``pkg.sub``, not of ``pkg``."""
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    found = []
+    for module, path in modules.items():
+        for imp in imports_of(module, path):
+            owner = _owner(imp.target, modules)
+            if owner is None:
+                continue
+            found.append(imp)
+            targets = set()
+            for name in imp.names:
+                sub = f"{imp.target}.{name}" if name else ""
+                targets.add(sub if sub in modules else owner)
+            edges[module] |= {t for t in targets if t != module}
+    return edges, found
+
+
+def upward_imports(modules: dict[str, Path]) -> list[str]:
+    _, found = graph(modules)
+    out = []
+    for imp in found:
+        src, dst = imp.module.split(".")[0], imp.target.split(".")[0]
+        if LEVEL[dst] > LEVEL[src]:
+            out.append(f"{modules[imp.module].relative_to(ROOT)}:{imp.line}: {src} imports "
+                       f"{imp.target} from above it")
+    return out
+
+
+def cycles(modules: dict[str, Path]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    edges, _ = graph(modules)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
+
+
+def private_uses(modules: dict[str, Path]) -> list[str]:
+    """``from m import _x``, ``alias._x`` where ``alias`` is another module of ours, and
+    ``obj._x`` where the module never defines ``_x`` itself (so the attribute belongs to an
+    object of another module's class)."""
+    out = []
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        is_package = path.name == "__init__.py"
+        aliases: dict[str, str] = {}
+        foreign: set[str] = set()
+        for node in _executed(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = (_resolve(module, is_package, node.level, node.module) if node.level
+                          else node.module or "")
+                if _owner(target, modules) is None:
+                    continue
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    if sub in modules:
+                        aliases[alias.asname or alias.name] = sub
+                    elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                        out.append(f"{path.relative_to(ROOT)}:{node.lineno}: takes "
+                                   f"{alias.name} from {target}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules and alias.asname:
+                        aliases[alias.asname] = alias.name
+                for alias in node.names:
+                    if _owner(alias.name, modules) is None:
+                        foreign.add((alias.asname or alias.name).split(".")[0])
+        own = _private_names_defined(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+                continue
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in aliases:
+                if aliases[base.id] != module:
+                    out.append(f"{path.relative_to(ROOT)}:{node.lineno}: uses "
+                               f"{aliases[base.id]}.{node.attr}")
+            elif isinstance(base, ast.Name) and base.id in {"self", "cls"} | foreign:
+                continue
+            elif node.attr not in own:
+                # ``obj._x`` on an object of another module's class (``loop._resume``).
+                out.append(f"{path.relative_to(ROOT)}:{node.lineno}: uses "
+                           f"{ast.unparse(node)}, private to another module")
+    return out
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_names_defined(tree: ast.Module) -> set[str]:
+    """Underscored names a module defines itself: functions, classes, assigned names and
+    attributes (``self._x = ...``), dataclass fields."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            out.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "setattr" and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant)):
+            out.add(node.args[1].value)
+    return {n for n in out if isinstance(n, str) and _is_private(n)}
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+def test_the_checker_sees_the_packages():
+    modules = source_files()
+    assert {m.split(".")[0] for m in modules} == set(STACK)
+    edges, found = graph(modules)
+    # Sanity: the stack's own spine is visible (a checker that reads nothing passes anything).
+    assert "tensor_ir.func" in edges["schedules.schedule"] or any(
+        e.startswith("tensor_ir") for e in edges["schedules.schedule"])
+    assert len(found) > 300
+
+
+def test_packages_import_only_downward():
+    assert upward_imports(source_files()) == []
+
+
+def test_no_import_cycles():
+    assert cycles(source_files()) == []
+
+
+def test_no_module_reaches_into_another_modules_privates():
+    assert private_uses(source_files()) == []
+
+
+def test_checker_catches_planted_violations(tmp_path, monkeypatch):
+    """The three rules fire on a small tree that breaks each of them once."""
+    root = tmp_path
+    for package in STACK:
+        (root / package).mkdir()
+        (root / package / "__init__.py").write_text("")
+    (root / "tensor_ir" / "a.py").write_text("from autotune import api\nfrom .b import _x\n")
+    (root / "tensor_ir" / "b.py").write_text(
+        "def f(loop):\n    from . import a\n    return loop._step()\n_x = 1\n")
+    (root / "autotune" / "api.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", root)
+    modules = source_files()
+    assert len(upward_imports(modules)) == 1
+    assert cycles(modules) == [["tensor_ir.a", "tensor_ir.b"]]
+    assert len(private_uses(modules)) == 2
+
+
+if __name__ == "__main__":
+    modules = source_files()
+    problems = upward_imports(modules)
+    print(f"upward imports: {len(problems)}")
+    print("\n".join("  " + p for p in problems))
+    found = cycles(modules)
+    print(f"import cycles: {len(found)}")
+    print("\n".join("  " + " <-> ".join(c) for c in found))
+    problems = private_uses(modules)
+    print(f"private names used across modules: {len(problems)}")
+    print("\n".join("  " + p for p in problems))
