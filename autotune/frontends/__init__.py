@@ -5,17 +5,21 @@ import os
 
 from ..graph.errors import FrontendError
 from ..graph.ir import Model
-from .onnx import SUPPORTED_OPS, from_onnx
+from .onnx import DEFAULT_MAX_ELEMENTS, SUPPORTED_OPS, from_onnx
 from .zoo import ZOO, get_model
 
-__all__ = ["load_model", "from_onnx", "get_model", "ZOO", "SUPPORTED_OPS"]
+__all__ = ["load_model", "from_onnx", "get_model", "ZOO", "SUPPORTED_OPS",
+           "DEFAULT_MAX_ELEMENTS"]
 
 
-def load_model(source, input_shapes: dict | None = None, **options) -> Model:
+def load_model(source, input_shapes: dict | None = None, *,
+               max_elements: int = DEFAULT_MAX_ELEMENTS, **options) -> Model:
     """A Model from an .onnx path, an ``onnx.ModelProto`` (or its serialized bytes), a zoo
     name ("resnet18", "resnet50", "mobilenet_v2", "bert_base_layer"), or a Model (returned
     as is).  ``input_shapes`` fixes symbolic ONNX input dimensions; ``options`` go to the zoo
-    model (``image_size``, ``batch``, ``seq``, ...)."""
+    model (``image_size``, ``batch``, ``seq``, ...).  ``max_elements`` bounds the size of
+    every tensor an ONNX import creates (2**31 elements by default; a larger model raises
+    FrontendError and may pass a larger limit)."""
     if isinstance(source, Model):
         return source
     if isinstance(source, (str, os.PathLike)):
@@ -29,9 +33,9 @@ def load_model(source, input_shapes: dict | None = None, **options) -> Model:
             if options:
                 raise FrontendError(f"load_model({text!r}): options {sorted(options)} apply to "
                                     f"zoo models only")
-            return from_onnx(text, input_shapes)
+            return from_onnx(text, input_shapes, max_elements=max_elements)
         raise FrontendError(f"load_model: {text!r} is neither an existing ONNX file nor a zoo "
                             f"model ({', '.join(sorted(ZOO))})")
     if options:
         raise FrontendError(f"load_model: options {sorted(options)} apply to zoo models only")
-    return from_onnx(source, input_shapes)
+    return from_onnx(source, input_shapes, max_elements=max_elements)

@@ -86,6 +86,9 @@ def _binary_infer(op):
     def infer(types, attrs):
         a, b = types
         _check(a.dtype == b.dtype, op, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
+        # An extent 0 would "broadcast" against 1 to 1 in the library's rule, not to 0.
+        _check(0 not in a.shape and 0 not in b.shape, op,
+               f"empty operands are not supported: {a.shape} and {b.shape}")
         try:
             shape = broadcast_shape(a.shape, b.shape, op)
         except Exception as err:  # TEError from the library's check

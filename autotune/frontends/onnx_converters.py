@@ -1,0 +1,739 @@
+"""ONNX operator converters: one function per ONNX op type, adding graph nodes through the
+importer (``autotune.frontends.onnx``), which checks the node against its schema first.
+
+Each converter reads and validates its attributes and constant inputs: an invalid value is a
+FrontendError naming the node and the attribute, a valid but unhandled variant is an
+UnsupportedOperatorError.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from ..graph.errors import FrontendError
+from ..graph.types import contiguous
+
+if TYPE_CHECKING:  # the importer imports this module; the type is for annotations only
+    from .onnx import Importer
+
+# The element types a graph input or a Cast may have: the dtypes the code generator handles.
+_VALUE_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32",
+                 "float64")
+
+
+def value_dtype(onnx, elem_type: int, what: str) -> str:
+    try:
+        name = str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
+    except Exception:
+        raise FrontendError(f"{what}: ONNX element type {elem_type} is not supported") from None
+    if name not in _VALUE_DTYPES:
+        raise FrontendError(f"{what}: element type {name} is not supported; supported: "
+                            f"{', '.join(_VALUE_DTYPES)}")
+    return name
+
+
+CONVERTERS: dict[str, Callable[[Importer], None]] = {}
+ARITY: dict[str, tuple[int, int | None]] = {}  # op type -> (required inputs, most inputs)
+
+
+def _converter(*names, inputs: tuple[int, int | None] = (1, 1)):
+    """Register a converter for ONNX op types ``names`` taking ``inputs`` = (required, most;
+    None for any number) inputs; the driver checks the count before calling it."""
+    def register(fn):
+        for name in names:
+            CONVERTERS[name] = fn
+            ARITY[name] = inputs
+        return fn
+    return register
+
+
+@_converter("Constant", inputs=(0, 0))
+def _constant(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    if "value" in attrs:
+        array = ctx.tensor_array(next(a.t for a in ctx.node.attribute if a.name == "value"),
+                                 f"{ctx.where()}: attribute value")
+    elif "value_float" in attrs:
+        array = np.array(attrs["value_float"], dtype=np.float32)
+    elif "value_floats" in attrs:
+        array = np.array(attrs["value_floats"], dtype=np.float32)
+    elif "value_int" in attrs:
+        array = np.array(attrs["value_int"], dtype=np.int64)
+    elif "value_ints" in attrs:
+        array = np.array(attrs["value_ints"], dtype=np.int64)
+    else:
+        raise ctx.unsupported(f"attributes {sorted(attrs)} (sparse or string constants)")
+    ctx.set_output(ctx.constant(array, ctx.node.output[0]))
+
+
+@_converter("Identity")
+@_converter("Dropout", inputs=(1, 3))
+def _identity(ctx: Importer) -> None:
+    if ctx.node.op_type == "Dropout":
+        ctx.check_single_output()
+    ctx.set_output(ctx.inputs()[0])
+
+
+def _window_attrs(ctx: Importer, attrs: dict, kernel_default=None):
+    """kernel_shape, strides and dilations of a 2-D window, each checked: two entries, all
+    positive (a zero stride would divide by zero in the output-size formula)."""
+    if kernel_default is None and "kernel_shape" not in attrs:
+        raise ctx.error("attribute kernel_shape is required")
+    kernel = ctx.ints_attr(attrs, "kernel_shape", kernel_default, length=2, minimum=1)
+    strides = ctx.ints_attr(attrs, "strides", (1, 1), length=2, minimum=1)
+    dilations = ctx.ints_attr(attrs, "dilations", (1, 1), length=2, minimum=1)
+    return kernel, strides, dilations
+
+
+@_converter("Conv", inputs=(2, 3))
+def _conv(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    inputs = ctx.inputs()
+    x, w = inputs[0], inputs[1]
+    xt, wt = ctx.type_of(x), ctx.type_of(w)
+    if len(xt.shape) != 4:
+        raise ctx.unsupported(f"only 2-D convolutions (NCHW input) are supported, got input "
+                              f"shape {xt.shape}")
+    if len(wt.shape) != 4:
+        raise ctx.error(f"weight of shape {wt.shape} must have rank 4 (OIHW)")
+    kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:])
+    if kernel != wt.shape[2:]:
+        raise ctx.bad_attribute("kernel_shape", list(kernel),
+                                f"does not match the weight's shape {wt.shape}")
+    group = ctx.int_attr(attrs, "group", 1, minimum=1)
+    pads = _pads_2d(ctx, attrs, xt.shape[2:], kernel, strides, dilations)
+    y = ctx.add("conv2d", [x, w], strides=strides, pads=pads, dilations=dilations,
+                groups=group)
+    if len(inputs) > 2 and inputs[2] is not None:
+        bias = inputs[2]
+        if ctx.type_of(bias).shape != (wt.shape[0],):
+            raise ctx.error(f"bias of shape {ctx.type_of(bias).shape} must have shape "
+                            f"({wt.shape[0]},), one value per output channel")
+        if ctx.is_const(bias):
+            bias = ctx.constant(ctx.const(bias, "bias").reshape(-1, 1, 1), f"{bias}_chw")
+        else:
+            bias = ctx.add("reshape", [bias], shape=(wt.shape[0], 1, 1))
+        y = ctx.add("add", [y, bias])
+    ctx.set_output(y)
+
+
+def _pads_2d(ctx: Importer, attrs: dict, spatial, kernel, strides, dilations=(1, 1)):
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = ctx.ints_attr(attrs, "pads", (0, 0, 0, 0), length=4, minimum=0)
+        # ONNX order (top, left, bottom, right) is the library's order too.
+        return pads
+    if auto == "VALID":
+        return (0, 0, 0, 0)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        before, after = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            before.append(small if auto == "SAME_UPPER" else large)
+            after.append(large if auto == "SAME_UPPER" else small)
+        return (before[0], before[1], after[0], after[1])
+    raise ctx.unsupported(f"auto_pad={auto!r}")
+
+
+@_converter("Gemm", inputs=(2, 3))
+def _gemm(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    inputs = ctx.inputs()
+    a, b = inputs[0], inputs[1]
+    for what, v in (("A", a), ("B", b)):
+        if len(ctx.type_of(v).shape) != 2:
+            raise ctx.error(f"input {what} of shape {ctx.type_of(v).shape} must have rank 2")
+    trans_a = ctx.int_attr(attrs, "transA", 0, minimum=0, maximum=1)
+    trans_b = ctx.int_attr(attrs, "transB", 0, minimum=0, maximum=1)
+    if trans_a:
+        a = ctx.add("transpose", [a], perm=(1, 0))
+    y = ctx.add("matmul", [a, b], transpose_b=bool(trans_b))
+    alpha, beta = ctx.float_attr(attrs, "alpha", 1.0), ctx.float_attr(attrs, "beta", 1.0)
+    dtype = ctx.type_of(y).dtype
+    if alpha != 1.0:
+        y = ctx.add("multiply", [y, ctx.constant(np.array(alpha, dtype=dtype))])
+    if len(inputs) > 2 and inputs[2] is not None and beta != 0.0:
+        c = inputs[2]
+        # C broadcasts to A @ B one way only: it must not grow the result.
+        out_shape, c_shape = ctx.type_of(y).shape, ctx.type_of(c).shape
+        if len(c_shape) > 2 or any(d not in (1, o) for d, o in
+                                   zip(reversed(c_shape), reversed(out_shape))):
+            raise ctx.error(f"input C of shape {c_shape} does not broadcast to the result "
+                            f"shape {out_shape}")
+        if beta != 1.0:
+            c = ctx.add("multiply", [c, ctx.constant(np.array(beta, dtype=dtype))])
+        y = ctx.add("add", [y, c])
+    ctx.set_output(y)
+
+
+@_converter("MatMul", inputs=(2, 2))
+def _matmul(ctx: Importer) -> None:
+    a, b = ctx.inputs()
+    if len(ctx.type_of(a).shape) < 2 or len(ctx.type_of(b).shape) < 2:
+        raise ctx.unsupported(f"operands of rank 1 ({ctx.type_of(a)} @ {ctx.type_of(b)})")
+    ctx.set_output(ctx.add("matmul", [a, b]))
+
+
+_BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide",
+           "Pow": "power", "Max": "maximum", "Min": "minimum"}
+
+
+@_converter("Add", "Sub", "Mul", "Div", "Pow", inputs=(2, 2))
+@_converter("Max", "Min", inputs=(1, None))
+def _binary(ctx: Importer) -> None:
+    inputs = ctx.inputs()
+    op = _BINARY[ctx.node.op_type]
+    if ctx.node.op_type in ("Max", "Min"):
+        result = inputs[0]
+        for other in inputs[1:]:
+            result = ctx.add(op, [result, other])
+        ctx.set_output(result)
+        return
+    a, b = inputs
+    ta, tb = ctx.type_of(a), ctx.type_of(b)
+    if ta.dtype != tb.dtype:
+        if op == "power" and ctx.is_const(b):
+            b = ctx.constant(ctx.const(b, "exponent").astype(ta.dtype))
+        else:
+            raise ctx.unsupported(f"operand dtypes differ ({ta.dtype} and {tb.dtype})")
+    if op == "power" and ctx.is_const(b) and not ctx.is_const(a):
+        exponent = ctx.const(b, "exponent")
+        if exponent.size == 1 and float(exponent.reshape(())) == 2.0:
+            ctx.set_output(ctx.add("multiply", [a, a]))
+            return
+        if exponent.size == 1 and float(exponent.reshape(())) == 0.5:
+            ctx.set_output(ctx.add("sqrt", [a]))
+            return
+    if ta.dtype.startswith("int") and op == "divide" and ctx.is_const(a) and ctx.is_const(b):
+        # Integer division on shapes: ONNX truncates.
+        divisor = ctx.const(b, "b")
+        if not divisor.all():
+            raise ctx.error("integer division by zero in a constant expression")
+        try:
+            ctx.check_size(np.broadcast_shapes(ta.shape, tb.shape), "the quotient")
+        except ValueError:
+            raise ctx.error(f"operand shapes {ta.shape} and {tb.shape} do not broadcast"
+                            ) from None
+        result = np.trunc(ctx.const(a, "a") / divisor).astype(ta.dtype)
+        ctx.set_output(ctx.constant(result))
+        return
+    ctx.set_output(ctx.add(op, [a, b]))
+
+
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sqrt": "sqrt",
+          "Exp": "exp", "Log": "log", "Abs": "abs", "Neg": "negative"}
+
+
+@_converter(*_UNARY)
+def _unary(ctx: Importer) -> None:
+    ctx.set_output(ctx.add(_UNARY[ctx.node.op_type], [ctx.inputs()[0]]))
+
+
+@_converter("Gelu")
+def _gelu(ctx: Importer) -> None:
+    approximate = ctx.attrs().get("approximate", "none")
+    x = ctx.inputs()[0]
+    if approximate == "none":
+        ctx.set_output(ctx.add("gelu", [x]))
+        return
+    if approximate != "tanh":
+        raise ctx.unsupported(f"approximate={approximate!r}")
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    dtype = ctx.type_of(x).dtype
+
+    def c(v):
+        return ctx.constant(np.array(v, dtype=dtype))
+    cube = ctx.add("multiply", [ctx.add("multiply", [x, x]), x])
+    inner = ctx.add("add", [x, ctx.add("multiply", [cube, c(0.044715)])])
+    t = ctx.add("tanh", [ctx.add("multiply", [inner, c(float(np.sqrt(2.0 / np.pi)))])])
+    y = ctx.add("multiply", [ctx.add("multiply", [x, c(0.5)]), ctx.add("add", [t, c(1.0)])])
+    ctx.set_output(y)
+
+
+@_converter("HardSigmoid")
+def _hard_sigmoid(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    x = ctx.inputs()[0]
+    dtype = ctx.type_of(x).dtype
+    alpha, beta = attrs.get("alpha", 0.2), attrs.get("beta", 0.5)
+    y = ctx.add("add", [ctx.add("multiply", [x, ctx.constant(np.array(alpha, dtype))]),
+                        ctx.constant(np.array(beta, dtype))])
+    ctx.set_output(ctx.add("clip", [y], min=0.0, max=1.0))
+
+
+@_converter("Clip", inputs=(1, 3))
+def _clip(ctx: Importer) -> None:
+    inputs = ctx.inputs()
+    attrs = ctx.attrs()
+    if ctx.opset < 11:
+        lo = ctx.float_attr(attrs, "min", None) if "min" in attrs else None
+        hi = ctx.float_attr(attrs, "max", None) if "max" in attrs else None
+    else:
+        lo = ctx.const_scalar(inputs[1], "min") if len(inputs) > 1 and inputs[1] else None
+        hi = ctx.const_scalar(inputs[2], "max") if len(inputs) > 2 and inputs[2] else None
+    dtype = ctx.type_of(inputs[0]).dtype
+    if dtype.startswith("float"):
+        # ONNX's defaults are numeric_limits lowest() and max(), not "no bound": an omitted
+        # max still turns +inf into the largest finite value, as onnxruntime does.
+        info = np.finfo(dtype)
+        lo = float(info.min) if lo is None else lo
+        hi = float(info.max) if hi is None else hi
+    ctx.set_output(ctx.add("clip", [inputs[0]], min=lo, max=hi))
+
+
+@_converter("Softmax")
+def _softmax(ctx: Importer) -> None:
+    x = ctx.inputs()[0]
+    ndim = len(ctx.type_of(x).shape)
+    default = -1 if ctx.opset >= 13 else 1
+    axis = ctx.axis(ctx.attrs().get("axis", default), ndim, "attribute axis")
+    if ctx.opset < 13 and axis != ndim - 1:
+        # Before opset 13 the input is coerced to 2-D at ``axis``: a softmax over all the
+        # trailing axes together, which is not what the library's softmax computes.
+        raise ctx.unsupported(f"opset {ctx.opset} softmax over axes {axis}.. of a rank-{ndim} "
+                              f"tensor (only the last axis is supported before opset 13)")
+    ctx.set_output(ctx.add("softmax", [x], axis=axis))
+
+
+@_converter("LayerNormalization", inputs=(2, 3))
+def _layer_norm(ctx: Importer) -> None:
+    ctx.check_single_output()
+    attrs = ctx.attrs()
+    inputs = [v for v in ctx.inputs() if v is not None]
+    ndim = len(ctx.type_of(inputs[0]).shape)
+    axis = ctx.axis(attrs.get("axis", -1), ndim, "attribute axis")
+    norm_shape = ctx.type_of(inputs[0]).shape[axis:]
+    args = [inputs[0]]
+    for v in inputs[1:]:
+        shape = ctx.type_of(v).shape
+        if shape != norm_shape:
+            # A scale or bias must broadcast to the norm shape (extra leading 1s allowed).
+            trimmed = shape
+            while len(trimmed) > len(norm_shape) and trimmed[0] == 1:
+                trimmed = trimmed[1:]
+            if len(trimmed) > len(norm_shape) or any(
+                    d not in (1, n) for d, n in zip(reversed(trimmed), reversed(norm_shape))):
+                raise ctx.error(f"scale/bias of shape {shape} does not broadcast to "
+                                f"X.shape[{axis}:] = {norm_shape}")
+            if math.prod(shape) == math.prod(norm_shape):
+                v = ctx.add("reshape", [v], shape=norm_shape)
+            else:
+                v = ctx.constant(contiguous(np.broadcast_to(
+                    ctx.const(v, "a broadcast scale/bias").reshape(trimmed), norm_shape)))
+        args.append(v)
+    ctx.set_output(ctx.add("layer_norm", args, axis=axis,
+                           epsilon=ctx.float_attr(attrs, "epsilon", 1e-5)))
+
+
+@_converter("BatchNormalization", inputs=(5, 5))
+def _batch_norm(ctx: Importer) -> None:
+    ctx.check_single_output()
+    attrs = ctx.attrs()
+    if attrs.get("training_mode", 0):
+        raise ctx.unsupported("training_mode=1 (only inference batch norm is supported)")
+    ctx.set_output(ctx.add("batch_norm", ctx.inputs()[:5],
+                           epsilon=ctx.float_attr(attrs, "epsilon", 1e-5)))
+
+
+@_converter("MaxPool", "AveragePool")
+def _pool(ctx: Importer) -> None:
+    ctx.check_single_output()
+    attrs = ctx.attrs()
+    x = ctx.inputs()[0]
+    xt = ctx.type_of(x)
+    if len(xt.shape) != 4:
+        raise ctx.unsupported(f"only 2-D pooling (NCHW input) is supported, got {xt.shape}")
+    kernel, strides, dilations = _window_attrs(ctx, attrs)
+    if dilations != (1, 1):
+        raise ctx.unsupported(f"dilations={list(dilations)}")
+    pads = _pads_2d(ctx, attrs, xt.shape[2:], kernel, strides)
+    # As onnxruntime: a pad as wide as the window would give windows of padding only (-inf for
+    # a max, 0/0 for an average that excludes padding).
+    if any(p >= k for p, k in zip(pads, kernel + kernel)):
+        raise ctx.bad_attribute("pads", list(pads), f"must be smaller than kernel_shape "
+                                                    f"{list(kernel)}")
+    if ctx.int_attr(attrs, "ceil_mode", 0, minimum=0, maximum=1):
+        # Ceil mode adds a partial window at the end: pad the bottom/right so that the floor
+        # formula gives the same size (max pool ignores padding; an average would not).
+        pt, pl, pb, pr = pads
+        extra = []
+        for size, k, s, b, a in zip(xt.shape[2:], kernel, strides, (pt, pl), (pb, pr)):
+            floor_out = (size + b + a - k) // s + 1
+            ceil_out = -(-(size + b + a - k) // s) + 1
+            if (ceil_out - 1) * s >= size + b:
+                ceil_out -= 1  # the last window must start inside the input or left pad
+            extra.append((ceil_out - floor_out) * s)
+        if any(extra) and ctx.node.op_type == "AveragePool":
+            raise ctx.unsupported("ceil_mode=1 with a partial last window")
+        pads = (pt, pl, pb + extra[0], pr + extra[1])
+    if ctx.node.op_type == "MaxPool":
+        y = ctx.add("max_pool2d", [x], kernel=kernel, strides=strides, pads=pads)
+    else:
+        include = ctx.int_attr(attrs, "count_include_pad", 0, minimum=0, maximum=1)
+        y = ctx.add("avg_pool2d", [x], kernel=kernel, strides=strides, pads=pads,
+                    count_include_pad=bool(include))
+    ctx.set_output(y)
+
+
+@_converter("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(ctx: Importer) -> None:
+    x = ctx.inputs()[0]
+    ndim = len(ctx.type_of(x).shape)
+    if ndim < 3:
+        raise ctx.error(f"input of shape {ctx.type_of(x).shape} must have rank 3 or more "
+                        f"(N, C, spatial axes)")
+    if ctx.node.op_type == "GlobalAveragePool" and ndim == 4:
+        ctx.set_output(ctx.add("global_avg_pool2d", [x]))
+        return
+    op = "reduce_mean" if ctx.node.op_type == "GlobalAveragePool" else "reduce_max"
+    ctx.set_output(ctx.add(op, [x], axes=tuple(range(2, ndim)), keepdims=True))
+
+
+@_converter("Flatten")
+def _flatten(ctx: Importer) -> None:
+    x = ctx.inputs()[0]
+    shape = ctx.type_of(x).shape
+    # The axis lies in [-rank, rank]: rank puts everything into the first dimension.
+    axis = ctx.attrs().get("axis", 1)
+    if not -len(shape) <= axis <= len(shape):
+        raise ctx.error(f"attribute axis {axis} is out of range for a rank-{len(shape)} "
+                        f"input")
+    if axis < 0:
+        axis += len(shape)  # ONNX counts a negative axis from the rank, not the rank + 1
+    lead = int(np.prod(shape[:axis], dtype=np.int64))
+    ctx.set_output(ctx.add("reshape", [x], shape=(lead, int(np.prod(shape[axis:],
+                                                                       dtype=np.int64)))))
+
+
+@_converter("Reshape", inputs=(2, 2))
+def _reshape(ctx: Importer) -> None:
+    inputs = ctx.inputs()
+    x = inputs[0]
+    old = ctx.type_of(x).shape
+    target = ctx.const_ints(inputs[1], "the target shape")
+    allowzero = ctx.int_attr(ctx.attrs(), "allowzero", 0, minimum=0, maximum=1)
+    if any(v < -1 for v in target):
+        raise ctx.error(f"target shape {target} has an entry below -1")
+    if allowzero and 0 in target and -1 in target:
+        raise ctx.error(f"target shape {target} has both 0 and -1 with allowzero=1")
+    shape = []
+    for d, v in enumerate(target):
+        if v == 0 and not allowzero:
+            if d >= len(old):
+                raise ctx.unsupported(f"target shape {target}: 0 at axis {d} copies an axis "
+                                      f"the input {old} does not have")
+            v = old[d]
+        shape.append(v)
+    ctx.set_output(ctx.add("reshape", [x], shape=_infer_minus_one(ctx, old, shape)))
+
+
+def _infer_minus_one(ctx: Importer, old, shape) -> tuple:
+    size = int(np.prod(old, dtype=np.int64))
+    if shape.count(-1) > 1:
+        raise ctx.unsupported(f"target shape {shape} has more than one -1")
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+        if known == 0 or size % known:
+            raise FrontendError(f"{ctx.where()}: cannot reshape {old} into {shape}")
+        shape = [size // known if s == -1 else s for s in shape]
+    if int(np.prod(shape, dtype=np.int64)) != size:
+        raise FrontendError(f"{ctx.where()}: cannot reshape {old} into {shape}")
+    return tuple(shape)
+
+
+def _axes_arg(ctx: Importer, inputs, attrs, ndim: int, position: int = 1):
+    """The node's axes (an attribute before opset 13/18, an input after), each checked to lie
+    in [-ndim, ndim) and normalised; duplicates are an error, as ONNX says.  None when the
+    node gives none."""
+    if "axes" in attrs:
+        axes, what = list(ctx.ints_attr(attrs, "axes", ())), "attribute axes entry"
+    elif len(inputs) > position and inputs[position] is not None:
+        axes, what = ctx.const_ints(inputs[position], "axes"), "axes input entry"
+    else:
+        return None
+    normal = [ctx.axis(a, ndim, what) for a in axes]
+    if len(set(normal)) != len(normal):
+        raise ctx.error(f"axes {axes} repeat an axis")
+    return normal
+
+
+@_converter("Unsqueeze", inputs=(1, 2))
+def _unsqueeze(ctx: Importer) -> None:
+    inputs = ctx.inputs()
+    old = ctx.type_of(inputs[0]).shape
+    attrs = ctx.attrs()
+    count = len(attrs["axes"]) if "axes" in attrs else \
+        (ctx.const(inputs[1], "axes").size if len(inputs) > 1 and inputs[1] else 0)
+    # Unsqueeze axes index the output, whose rank counts the new axes.
+    axes = _axes_arg(ctx, inputs, attrs, len(old) + count)
+    if not axes:
+        raise ctx.error("no axes given")
+    ndim = len(old) + len(axes)
+    axes = sorted(axes)
+    it = iter(old)
+    shape = tuple(1 if d in axes else next(it) for d in range(ndim))
+    ctx.set_output(ctx.add("reshape", [inputs[0]], shape=shape))
+
+
+@_converter("Squeeze", inputs=(1, 2))
+def _squeeze(ctx: Importer) -> None:
+    inputs = ctx.inputs()
+    old = ctx.type_of(inputs[0]).shape
+    axes = _axes_arg(ctx, inputs, ctx.attrs(), len(old))
+    if axes is None:
+        axes = [d for d, s in enumerate(old) if s == 1]
+    for a in axes:
+        if old[a] != 1:
+            raise FrontendError(f"{ctx.where()}: cannot squeeze axis {a} of shape {old}")
+    shape = tuple(s for d, s in enumerate(old) if d not in axes)
+    ctx.set_output(ctx.add("reshape", [inputs[0]], shape=shape))
+
+
+@_converter("Transpose")
+def _transpose(ctx: Importer) -> None:
+    x = ctx.inputs()[0]
+    ndim = len(ctx.type_of(x).shape)
+    perm = ctx.ints_attr(ctx.attrs(), "perm", tuple(reversed(range(ndim))))
+    if sorted(perm) != list(range(ndim)):
+        raise ctx.bad_attribute("perm", list(perm), f"is not a permutation of the {ndim} "
+                                                    f"axes")
+    ctx.set_output(ctx.add("transpose", [x], perm=perm))
+
+
+@_converter("Concat", inputs=(1, None))
+def _concat(ctx: Importer) -> None:
+    inputs = [v for v in ctx.inputs() if v is not None]
+    ndim = len(ctx.type_of(inputs[0]).shape)
+    attrs = ctx.attrs()
+    if "axis" not in attrs:
+        raise ctx.error("attribute axis is required")
+    axis = ctx.axis(attrs["axis"], ndim, "attribute axis")
+    if len(inputs) == 1:
+        ctx.set_output(inputs[0])
+        return
+    ctx.set_output(ctx.add("concat", inputs, axis=axis))
+
+
+@_converter("Pad", inputs=(1, 4))
+def _pad(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    inputs = ctx.inputs()
+    x = inputs[0]
+    shape = ctx.type_of(x).shape
+    mode = attrs.get("mode", "constant")
+    if mode != "constant":
+        raise ctx.unsupported(f"mode={mode!r} (only constant padding)")
+    if ctx.opset < 11:
+        if "pads" not in attrs:
+            raise ctx.error("attribute pads is required")
+        pads, value = list(ctx.ints_attr(attrs, "pads", ())), ctx.float_attr(attrs, "value", 0.0)
+    else:
+        if len(inputs) < 2 or inputs[1] is None:
+            raise ctx.error("input pads is required")
+        pads = ctx.const_ints(inputs[1], "pads")
+        value = ctx.const_scalar(inputs[2], "constant_value") \
+            if len(inputs) > 2 and inputs[2] else 0.0
+    ndim = len(shape)
+    axes = list(range(ndim))
+    if len(inputs) > 3 and inputs[3]:
+        axes = _axes_arg(ctx, inputs, {}, ndim, position=3)
+    if len(pads) != 2 * len(axes):
+        raise FrontendError(f"{ctx.where()}: pads {pads} must have 2 entries per padded axis")
+    widths = [[0, 0] for _ in range(ndim)]
+    for k, a in enumerate(axes):
+        widths[a] = [pads[k], pads[k + len(axes)]]
+    if any(v < 0 for w in widths for v in w):
+        raise ctx.unsupported(f"negative pads {pads} (cropping)")
+    ctx.set_output(ctx.add("pad", [x], pads=tuple(tuple(w) for w in widths), value=value))
+
+
+_REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max",
+           "ReduceMin": "reduce_min"}
+
+
+@_converter(*_REDUCE, inputs=(1, 2))
+def _reduce(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    inputs = ctx.inputs()
+    x = inputs[0]
+    axes = _axes_arg(ctx, inputs, attrs, len(ctx.type_of(x).shape))
+    keepdims = bool(ctx.int_attr(attrs, "keepdims", 1, minimum=0, maximum=1))
+    if axes is None or not axes:
+        if ctx.int_attr(attrs, "noop_with_empty_axes", 0, minimum=0, maximum=1):
+            ctx.set_output(x)
+            return
+        axes = None
+    ctx.set_output(ctx.add(_REDUCE[ctx.node.op_type], [x],
+                           axes=None if axes is None else tuple(axes), keepdims=keepdims))
+
+
+@_converter("Cast")
+def _cast(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    if "to" not in attrs:
+        raise ctx.error("attribute to is required")
+    dtype = value_dtype(ctx.onnx, ctx.int_attr(attrs, "to", None),
+                        f"{ctx.where()}: attribute to")
+    x = ctx.inputs()[0]
+    if ctx.type_of(x).dtype == dtype:
+        ctx.set_output(x)
+        return
+    ctx.set_output(ctx.add("cast", [x], dtype=dtype))
+
+
+@_converter("Shape")
+def _shape(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    shape = np.array(ctx.type_of(ctx.inputs()[0]).shape, dtype=np.int64)
+    start = ctx.int_attr(attrs, "start", 0)
+    end = ctx.int_attr(attrs, "end", len(shape))
+    ctx.set_output(ctx.constant(shape[start:end], ctx.node.output[0]))
+
+
+@_converter("Size")
+def _size(ctx: Importer) -> None:
+    size = int(np.prod(ctx.type_of(ctx.inputs()[0]).shape, dtype=np.int64))
+    ctx.set_output(ctx.constant(np.array(size, dtype=np.int64), ctx.node.output[0]))
+
+
+@_converter("ConstantOfShape")
+def _constant_of_shape(ctx: Importer) -> None:
+    shape = ctx.const_ints(ctx.inputs()[0], "the shape")
+    ctx.check_size(shape, "the output")
+    value = np.zeros(1, dtype=np.float32)
+    for a in ctx.node.attribute:
+        if a.name == "value":
+            value = ctx.tensor_array(a.t, f"{ctx.where()}: attribute value")
+            if value.size != 1:
+                raise ctx.bad_attribute("value", value.tolist(), "must hold one element")
+    ctx.set_output(ctx.constant(np.full(shape, value.reshape(-1)[0], dtype=value.dtype)))
+
+
+@_converter("Gather", inputs=(2, 2))
+def _gather(ctx: Importer) -> None:
+    data, indices = ctx.inputs()
+    if not (ctx.is_const(data) and ctx.is_const(indices)):
+        raise ctx.unsupported("gathering from a computed tensor (only constant data and "
+                              "indices, as in shape arithmetic, are supported)")
+    array, index = ctx.const(data, "data"), ctx.const(indices, "indices")
+    axis = ctx.axis(ctx.attrs().get("axis", 0), array.ndim, "attribute axis")
+    if index.dtype.kind not in "iu":
+        raise ctx.error(f"indices must be integers, got {index.dtype}")
+    extent = array.shape[axis]
+    if index.size and not (-extent <= index.min() and index.max() < extent):
+        raise ctx.error(f"indices {index.reshape(-1).tolist()[:8]} are out of range for axis "
+                        f"{axis} of extent {extent}")
+    ctx.check_size(array.shape[:axis] + index.shape + array.shape[axis + 1:], "the output")
+    result = np.take(array, index, axis=axis)
+    ctx.set_output(ctx.constant(np.asarray(result)))
+
+
+@_converter("Slice", inputs=(1, 5))
+def _slice(ctx: Importer) -> None:
+    inputs = ctx.inputs()
+    x = inputs[0]
+    shape = ctx.type_of(x).shape
+    if ctx.opset < 10:
+        attrs = ctx.attrs()
+        if "starts" not in attrs or "ends" not in attrs:
+            raise ctx.error("attributes starts and ends are required")
+        starts, ends = list(ctx.ints_attr(attrs, "starts", ())), \
+            list(ctx.ints_attr(attrs, "ends", ()))
+        axes = list(ctx.ints_attr(attrs, "axes", tuple(range(len(starts)))))
+        steps = [1] * len(starts)
+    else:
+        if len(inputs) < 3 or inputs[1] is None or inputs[2] is None:
+            raise ctx.error("inputs starts and ends are required")
+        starts = ctx.const_ints(inputs[1], "starts")
+        ends = ctx.const_ints(inputs[2], "ends")
+        axes = ctx.const_ints(inputs[3], "axes") \
+            if len(inputs) > 3 and inputs[3] else list(range(len(starts)))
+        steps = ctx.const_ints(inputs[4], "steps") \
+            if len(inputs) > 4 and inputs[4] else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ctx.error(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} must "
+                        f"have the same length")
+    normal = [ctx.axis(a, len(shape), "axes entry") for a in axes]
+    if len(set(normal)) != len(normal):
+        raise ctx.error(f"axes {axes} repeat an axis")
+    begin, end, step = [0] * len(shape), list(shape), [1] * len(shape)
+    for s, e, a, st in zip(starts, ends, normal, steps):
+        if st <= 0:
+            raise ctx.unsupported(f"step {st} (only positive steps)")
+        b, e2, _ = slice(s, e, st).indices(shape[a])
+        begin[a], end[a], step[a] = b, max(b, e2), st
+    _emit_slice(ctx, x, shape, begin, end, step)
+
+
+def _emit_slice(ctx: Importer, x: str, shape, begin, end, step, position: int = 0) -> None:
+    if list(begin) == [0] * len(shape) and list(end) == list(shape) and \
+            list(step) == [1] * len(shape):
+        ctx.set_output(x, position)
+        return
+    ctx.set_output(ctx.add("slice", [x], begin=tuple(begin), end=tuple(end),
+                           step=tuple(step)), position)
+
+
+@_converter("Split", inputs=(1, 2))
+def _split(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    inputs = ctx.inputs()
+    x = inputs[0]
+    shape = ctx.type_of(x).shape
+    axis = ctx.axis(attrs.get("axis", 0), len(shape), "attribute axis")
+    outputs = len(ctx.node.output)
+    if "split" in attrs:
+        sizes = list(ctx.ints_attr(attrs, "split", ()))
+    elif len(inputs) > 1 and inputs[1]:
+        sizes = ctx.const_ints(inputs[1], "split")
+    else:
+        extent = shape[axis]
+        if "num_outputs" in attrs:
+            if ctx.int_attr(attrs, "num_outputs", None, minimum=1) != outputs:
+                raise ctx.bad_attribute("num_outputs", attrs["num_outputs"],
+                                        f"differs from the node's {outputs} outputs")
+        elif ctx.opset >= 18:
+            raise ctx.error("needs the split input or attribute num_outputs (opset 18)")
+        elif extent % outputs:
+            # Before opset 18 an implicit split is even: num_outputs brought the short tail.
+            raise ctx.error(f"axis {axis} of extent {extent} does not split evenly into "
+                            f"{outputs} outputs")
+        chunk = -(-extent // outputs)
+        sizes = [min(chunk, extent - k * chunk) for k in range(outputs)]
+    if sum(sizes) != shape[axis] or len(sizes) != outputs or any(v < 0 for v in sizes):
+        raise FrontendError(f"{ctx.where()}: split sizes {sizes} do not cover axis {axis} of "
+                            f"{shape} with {outputs} outputs")
+    offset = 0
+    for position, size in enumerate(sizes):
+        begin, end = [0] * len(shape), list(shape)
+        begin[axis], end[axis] = offset, offset + size
+        offset += size
+        if ctx.node.output[position]:
+            _emit_slice(ctx, x, shape, begin, end, [1] * len(shape), position)
+
+
+@_converter("Expand", inputs=(2, 2))
+def _expand(ctx: Importer) -> None:
+    x, shape_value = ctx.inputs()
+    target = ctx.const_ints(shape_value, "the shape")
+    xt = ctx.type_of(x)
+    ctx.check_size(target, "the shape input")
+    try:
+        out_shape = np.broadcast_shapes(xt.shape, tuple(target))
+    except ValueError:
+        raise ctx.error(f"input of shape {xt.shape} does not broadcast to {target}") from None
+    ctx.check_size(out_shape, "the output")
+    if 0 in out_shape:
+        # NOTE: kernels are generated for non-empty extents only.
+        raise ctx.unsupported(f"expanding {xt.shape} to the empty shape {out_shape}")
+    if ctx.is_const(x):
+        array = ctx.const(x, "data")
+        ctx.set_output(ctx.constant(contiguous(np.broadcast_to(array, out_shape))))
+        return
+    # A broadcast add of zeros has the expanded shape and stays injective.
+    zeros = ctx.constant(np.zeros(target, dtype=xt.dtype))
+    ctx.set_output(ctx.add("add", [x, zeros]))
