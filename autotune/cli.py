@@ -18,9 +18,17 @@ records are committed); a second Ctrl-C drops that batch (nothing of it is writt
 ends with the report: the text table on standard output, plus report.txt, report.json and the
 tuning curve curve.png under ``--report DIR``.
 
-Exit status: 0 done; 1 an error (named on standard error); 2 a usage error; 3 the coverage is
-below ``--min-coverage``; 130 stopped by Ctrl-C.  Environment: TERM=dumb turns the live display
-off (so does ``--no-live``).
+Every candidate is timed on this machine, so ``--target`` must describe it (another CPU of the
+same kind whose features this one has is fine); a target it cannot run, such as ``llvm
+-mtriple=aarch64-linux-gnu`` on an x86-64 host, is refused before any work starts.  The outputs
+(``--db``, ``--log-file``, ``--report``) are checked up front too: a missing report folder is
+created, a missing folder for a file is an error.
+
+Exit status: 0 done; 1 an error (named on standard error), including a run whose trials all
+failed (none measured a valid time: the most common error is named); 2 a usage error (an
+unknown option value or kind, an output that cannot be written, a target this machine cannot
+run); 3 the coverage is below ``--min-coverage``; 130 stopped by Ctrl-C.  Environment:
+TERM=dumb turns the live display off (so does ``--no-live``).
 """
 from __future__ import annotations
 
@@ -31,17 +39,31 @@ import os
 import signal
 import sys
 import threading
+from collections import Counter
 
 __all__ = ["main"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_COVERAGE, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
+_EPILOG = ("exit status: 0 done; 1 an error, including a run in which no trial measured a "
+           "valid time (the most common error is named); 2 a usage error (unknown kind, "
+           "unwritable output, a target this machine cannot run); 3 coverage below "
+           "--min-coverage; 130 stopped by Ctrl-C")
+
+
 def _tune_parser() -> argparse.ArgumentParser:
+    # The kinds are read from the registries, so a kind registered by an imported plugin is
+    # accepted too, and argparse's "invalid choice" message lists them (exit status 2).
+    import cost_models
+    import search
+    from search.config import POLICIES
+
     p = argparse.ArgumentParser(
         prog="tune-model",
         description="Tune every fused function of a model and store the records in a "
-                    "database.  'tune-model report --db FILE' reprints a stored report.")
+                    "database.  'tune-model report --db FILE' reprints a stored report.",
+        epilog=_EPILOG)
     p.add_argument("model", help="zoo model name or .onnx file")
     p.add_argument("--target", default="llvm", help="target string (default: llvm, this CPU)")
     p.add_argument("--trials", type=int, default=None,
@@ -58,10 +80,13 @@ def _tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", default=None, help="append plain progress lines to this file")
     p.add_argument("--report", default=None, metavar="DIR",
                    help="write report.txt, report.json and curve.png here")
-    p.add_argument("--policy", default="gradient", choices=("gradient", "round-robin"),
-                   help="how trials are shared among tasks (default: gradient)")
-    p.add_argument("--strategy", default="evolutionary", help="search strategy kind")
-    p.add_argument("--cost-model", default="xgb", help="cost model kind")
+    p.add_argument("--policy", default="gradient", choices=POLICIES,
+                   help="how trials are shared among tasks: %(choices)s (default: gradient)")
+    p.add_argument("--strategy", default="evolutionary", choices=search.kinds(),
+                   metavar="KIND",
+                   help="search strategy kind: %(choices)s (default: evolutionary)")
+    p.add_argument("--cost-model", default="xgb", choices=cost_models.kinds(), metavar="KIND",
+                   help="cost model kind: %(choices)s (default: xgb)")
     p.add_argument("--batch-size", type=int, default=16, help="trials per measured batch")
     p.add_argument("--patience", type=int, default=None,
                    help="trials without improvement after which a task stops "
@@ -141,6 +166,115 @@ def until_deadline(text: str, now: _dt.datetime | None = None) -> float:
     return end.timestamp()
 
 
+def _check_output_dir(option: str, directory: str) -> None:
+    """Make sure ``directory`` is a folder this process can write into, creating it when it
+    is missing: checked before any work, so that a long run never ends in a lost report."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(f"{option} {directory} exists and is not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"{option} {directory}: cannot create the folder "
+                         f"({err.strerror or err})") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {directory}: the folder is not writable")
+
+
+def _check_output_file(option: str, path: str) -> None:
+    """Make sure ``path`` names a file that can be created or appended to: not a directory,
+    in an existing, writable folder.  The folder is not created: a typo in it should not
+    leave a new directory behind."""
+    if os.path.isdir(path):
+        raise ValueError(f"{option} {path} is a directory, not a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"{option} {path}: the folder {folder} does not exist")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{option} {path}: the file is not writable")
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: the folder {folder} is not writable")
+
+
+def _check_runnable(spec: str, target) -> None:
+    """Refuse a target whose code cannot run here: tune-model times every candidate on this
+    machine, so each trial would end in a runtime error and the run would measure nothing."""
+    if target.is_host:
+        return
+    from tensor_ir.target import host_info
+
+    host = host_info()
+    if target.kind == "llvm":
+        why = (f"code for {target.triple} (cpu {target.cpu}) cannot run on this machine "
+               f"({host.triple}, cpu {host.cpu})")
+    else:
+        why = f"tune-model measures on this machine's CPU, not on a {target.kind} device"
+    raise ValueError(f"--target {spec!r}: {why}; tune-model times every candidate here, so "
+                     f"it would measure nothing.  Tune on a machine of that kind, or leave "
+                     f"-mtriple, -mcpu and -mattr out to tune for this one")
+
+
+class _RunTally:
+    """Wraps the scheduler listener to learn how many of this run's trials failed: the
+    tasks' error counts include stored records, so they are read at "start" (after the
+    scheduler has resumed from the database) and compared at the end."""
+
+    def __init__(self, listener):
+        self.listener = listener
+        self.errors_before: dict[str, int] | None = None
+
+    def __call__(self, event: str, scheduler, task=None) -> None:
+        if event == "start":
+            self.errors_before = {t.key: t.errors for t in scheduler.tasks}
+        self.listener(event, scheduler, task)
+
+    def nothing_measured(self, result, database: str) -> str | None:
+        """Why no trial of this run measured a valid time (None when one did, or when the
+        run had nothing left to do, e.g. its budget was already spent)."""
+        if result is None or self.errors_before is None:
+            return None
+        if result.tasks and all(t.status == "failed" for t in result.tasks):
+            first = result.tasks[0]
+            return (f"every task was set aside, none could be tuned; {first.name}: "
+                    f"{first.error}")
+        if not result.trials_run:
+            return None
+        ran = [t for t in result.tasks if t.run_trials]
+        failed = sum(t.errors - self.errors_before.get(t.key, 0) for t in ran)
+        if failed < sum(t.run_trials for t in ran):
+            return None
+        return (f"none of the {result.trials_run} trials of this run measured a valid time; "
+                f"{_most_common_error(database, result.target, ran)}")
+
+
+def _most_common_error(database: str, target: str, tasks) -> str:
+    """'most common error: runtime (12 of 12): <message>', from the run's records (a task's
+    latest ones), or the tasks' last error when the database cannot be read back."""
+    from records import Database, DatabaseError
+
+    kinds: Counter = Counter()
+    example: dict[str, str] = {}
+    try:
+        with Database(database, create=False, readonly=True) as db:
+            for task in tasks:
+                # NOTE: a task's newest records are this run's, unless another tuner wrote
+                # the same workload meanwhile; good enough to name an error.
+                for rec in db.records(task.key, target)[-task.run_trials:]:
+                    if rec.error_kind is not None:
+                        kinds[rec.error_kind] += 1
+                        example.setdefault(rec.error_kind, rec.error_msg or "")
+    except (DatabaseError, OSError):
+        kinds.clear()
+    if not kinds:
+        last = next((t.last_error for t in tasks if t.last_error), None)
+        return f"last error: {last}" if last else "the errors were not recorded"
+    kind, count = kinds.most_common(1)[0]
+    message = " ".join(example[kind].split())
+    if len(message) > 300:
+        message = message[:297] + "..."
+    return (f"most common error: {kind} ({count} of {sum(kinds.values())}): {message}")
+
+
 def _write_report_dir(directory: str, reports) -> None:
     from .report import format_report, save_plot
 
@@ -196,6 +330,8 @@ def _tune(argv) -> int:
     from .report import format_report
     from .tune_model import CoverageError, parse_duration
 
+    # 1. Everything the user got wrong is found here, before the model is tuned: option
+    #    values, a target this machine cannot run, outputs that could not be written.
     try:
         model_options = _key_values(args.option, "--option", _number)
         input_shapes = _key_values(args.input_shape, "--input-shape", _dims) or None
@@ -205,25 +341,34 @@ def _tune(argv) -> int:
                                      ("min_repeat_ms", args.min_repeat_ms),
                                      ("timeout", args.timeout)) if v is not None}
         config = MeasureConfig(**measure)
+        target = autotune.Target(args.target)
+        _check_runnable(args.target, target)
+        _check_output_file("--db", args.db)
+        if args.log_file:
+            _check_output_file("--log-file", args.log_file)
+        if args.report:
+            _check_output_dir("--report", args.report)
         model = autotune.load_model(args.model, input_shapes, **model_options)
+        progress = Progress(sys.stderr, model=model.name,
+                            live=False if args.no_live else None, log_file=args.log_file)
     except (ValueError, OSError) as err:  # bad option values, FrontendError, missing file
         print(f"tune-model: {err}", file=sys.stderr)
         return EXIT_USAGE
 
-    progress = Progress(sys.stderr, model=model.name, live=False if args.no_live else None,
-                        log_file=args.log_file)
+    # 2. The run.
+    tally = _RunTally(progress.listener)
     result, status = None, 0
     try:
         with _Interrupts(progress.line) as interrupts:
             try:
                 result = autotune.tune_model(
-                    model, args.target, trials=args.trials, database=args.db,
+                    model, target, trials=args.trials, database=args.db,
                     time_budget=time_budget, deadline=deadline, policy=args.policy,
                     strategy=args.strategy, cost_model=args.cost_model,
                     batch_size=args.batch_size, seed=args.seed, num_workers=args.num_workers,
                     measure_config=config, patience=args.patience,
                     remeasure_top=args.remeasure_top, measure_latency=args.measure_latency,
-                    min_coverage=args.min_coverage, listener=progress.listener,
+                    min_coverage=args.min_coverage, listener=tally,
                     should_stop=interrupts.requested.is_set, log=progress.line)
             except CoverageError as err:
                 result, status = err.result, EXIT_COVERAGE
@@ -240,19 +385,26 @@ def _tune(argv) -> int:
         return EXIT_ERROR
     finally:
         progress.close()
+
+    # 3. The report, then the exit status: the report is written even for a failed run, as
+    #    it shows which tasks failed and how.
     print(format_report(result.report))
     if args.report:
         _write_report_dir(args.report, [result.report])
         folder = os.path.join(args.report, "")  # one trailing separator, given or not
         print(f"report written to {folder} (report.txt, report.json, curve.png)")
+    failure = tally.nothing_measured(result, args.db)
+    if failure is not None:
+        print(f"tune-model: {failure}", file=sys.stderr)
     if status == EXIT_COVERAGE:
         print(f"tune-model: {message}", file=sys.stderr)
-        return status
     if result.stopped == "interrupted":
         print("tune-model: stopped by Ctrl-C after the batch in flight; run the same command "
               "again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return 0
+    if failure is not None:
+        return EXIT_ERROR
+    return status
 
 
 def _report(argv) -> int:
@@ -261,11 +413,17 @@ def _report(argv) -> int:
 
     from .report import format_report, load
 
+    if args.report:
+        try:
+            _check_output_dir("--report", args.report)
+        except ValueError as err:
+            print(f"tune-model report: {err}", file=sys.stderr)
+            return EXIT_USAGE
     if not os.path.exists(args.db):
         print(f"tune-model report: no database at {args.db}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        with Database(args.db, create=False) as db:
+        with Database(args.db, create=False, readonly=True) as db:
             target = None
             if args.target is not None:
                 from records import canonical_target

@@ -52,6 +52,7 @@ class ApplyHistoryBest:
     entries: list = field(default_factory=list)
     _owns_db: bool = False
     _warned: set = field(default_factory=set)
+    _skipped: set = field(default_factory=set)
 
     # -- context protocol ---------------------------------------------------------------------
     def __enter__(self) -> "ApplyHistoryBest":
@@ -71,14 +72,20 @@ class ApplyHistoryBest:
         coverage, warned about once; raises in strict mode)."""
         workload = Workload(func)
         target_str = str(target)
-        best = self.database.best_k(workload.key, target_str, 1,
+        # A few candidates: when the best record no longer replays (damaged, or from another
+        # release), the next one serves instead of the default schedule.
+        best = self.database.best_k(workload.key, target_str, 4,
                                     compatible_targets=self.compatible_targets)
         reason = "no tuning record for this workload and target"
         for record in best:
             try:
                 scheduled = replay(record.trace(), func, target).func
             except Exception as err:  # noqa: BLE001 - a stale record must not stop a build
-                reason = f"best record {record.record_id} does not replay: {err}"
+                reason = f"record {record.record_id} does not replay: {err}"
+                if record.record_id not in self._skipped:
+                    self._skipped.add(record.record_id)
+                    log.warning("apply_history_best: %s [%s] on %s: %s; it is skipped",
+                                workload.name, workload.key[:12], target_str, reason)
                 continue
             self.entries.append(CoverageEntry(workload.key, workload.name, target_str, True,
                                               record.record_id, record.median))
@@ -140,7 +147,7 @@ def apply_history_best(database, strict: bool = False,
     """
     owns = False
     if not isinstance(database, Database):
-        database = Database(database, create=False)
+        database = Database(database, create=False, readonly=True)
         owns = True
     return ApplyHistoryBest(database, strict, tuple(str(Target(t)) for t in compatible_targets),
                             _owns_db=owns)

@@ -122,7 +122,7 @@ def _apply_record(func: PrimFunc, found, target: Target) -> PrimFunc:
 def database_lookup(database, target: Target) -> Lookup:
     """A lookup over a records database (a ``records.Database``, or a path to open)."""
     if isinstance(database, (str, os.PathLike)):
-        database = Database(os.fspath(database), create=False)
+        database = Database(os.fspath(database), create=False, readonly=True)
     if not isinstance(database, Database):
         raise BuildError(f"database must be a records.Database or a path, got "
                          f"{type(database).__name__}")

@@ -19,7 +19,7 @@ SQLite file of another application, or one with a newer schema raises DatabaseEr
 file and leaves it untouched.  An older schema is migrated in place, in one transaction.  No
 value read from the file is ever executed: traces, workloads, settings are JSON text.
 
-Schema (version 2)
+Schema (version 3)
 ------------------
 meta(key PRIMARY KEY, value)
     application = "autotune.records", schema_version, created_by (library version).
@@ -40,9 +40,13 @@ remeasurements(id PRIMARY KEY, record_id -> records, run_times, median, spread, 
                host, config)
     spread: (max - min) / median of the re-measured run times.
 
+claims(workload_key, target, trace_hash, owner, expires), primary key on the first three
+    candidates a tuning process is measuring right now (see ``claim``): another process
+    tuning the same workload into the file skips them.
+
 Schema history: 1 had meta, workloads and records without fingerprints, score and
 re-measurements; 2 added them (records of a version-1 file have no fingerprint: their target
-string alone decides where they apply).
+string alone decides where they apply); 3 added claims.
 
 Target matching
 ---------------
@@ -62,10 +66,13 @@ import sqlite3
 import statistics
 import threading
 import time
+import urllib.parse
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
+from schedules.errors import ScheduleError
+from schedules.trace import Trace
 from tensor_ir.func import PrimFunc
 
 from .errors import DatabaseError
@@ -77,7 +84,7 @@ from .workload import WORKLOAD_FORMAT_VERSION, Workload
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Database", "RecordsWarning"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION = "autotune.records"
 APPLICATION_ID = 0x41545244  # "ATRD" in the SQLite header
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -116,6 +123,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "median REAL NOT NULL, spread REAL NOT NULL, timestamp REAL NOT NULL, "
         "host TEXT NOT NULL, config TEXT NOT NULL, UNIQUE(record_id, timestamp, run_times))",
     ),
+    3: (
+        "CREATE TABLE claims (workload_key TEXT NOT NULL, target TEXT NOT NULL, "
+        "trace_hash TEXT NOT NULL, owner TEXT NOT NULL, expires REAL NOT NULL, "
+        "PRIMARY KEY (workload_key, target, trace_hash))",
+    ),
 }
 assert max(_MIGRATIONS) == SCHEMA_VERSION
 
@@ -133,14 +145,19 @@ class Database:
     """Tuning records in an SQLite file (or in memory with the default ``":memory:"``).
 
     ``Database(path=":memory:", *, create=True, timeout=60.0, synchronous="full",
-    verify=False)``: ``create=False`` refuses a missing file; ``timeout`` is how long a write
-    waits for another process's transaction; ``verify`` runs SQLite's full quick_check when
-    opening (reads the whole file).  Usable as a context manager; thread-safe; not to be
-    shared across ``fork`` (open it again in the child).
+    verify=False, readonly=False)``: ``create=False`` refuses a missing file; ``timeout`` is
+    how long a write waits for another process's transaction; ``verify`` runs SQLite's full
+    quick_check when opening (reads the whole file).  ``readonly=True`` never writes the file
+    or anything beside it (see :meth:`_open_readonly`): what builds and reports use, so that a
+    shipped database in a read-only folder serves them.  Usable as a context manager;
+    thread-safe; not to be shared across ``fork`` (open it again in the child).
     """
 
     def __init__(self, path=":memory:", *, create: bool = True, timeout: float = 60.0,
-                 synchronous: str = "full", verify: bool = False):
+                 synchronous: str = "full", verify: bool = False, readonly: bool = False):
+        self.readonly = bool(readonly)
+        if self.readonly and path == ":memory:":
+            raise ValueError("a read-only database needs a file")
         if synchronous not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNCHRONOUS)}, got "
                              f"{synchronous!r}")
@@ -150,11 +167,17 @@ class Database:
         self._fingerprint_ids: dict[str, int] = {}
         self._fingerprint_data: dict[int, dict] = {}
         self._warned: set[str] = set()
+        self._unreadable: set[int] = set()
+        # Who holds a claim: this object in this process on this host.
+        self._owner = f"{host_name()}:{os.getpid()}:{id(self):x}"
         self.timeout = timeout
         self.path = path if path == ":memory:" else os.fspath(path)
         self.in_memory = self.path == ":memory:"
         if not self.in_memory:
-            _check_file(self.path, create)
+            _check_file(self.path, create and not self.readonly)
+        if self.readonly:
+            self._open_readonly(verify, timeout)
+            return
         try:
             conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                    check_same_thread=False)
@@ -165,6 +188,58 @@ class Database:
             self._open(synchronous, verify, timeout)
         except BaseException:
             conn.close()
+            self._conn = None
+            raise
+
+    def _open_readonly(self, verify: bool, timeout: float) -> None:
+        """Open without writing: SQLite's read-only mode; where that cannot work (a WAL file
+        in a folder this process cannot write, which has no shared-memory file beside it), the
+        file is read as immutable.  A file of an older schema is copied into memory and
+        migrated there, so reading never rewrites it."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
+        last = None
+        for suffix in ("", "&immutable=1"):
+            conn = None
+            try:
+                conn = sqlite3.connect(uri + suffix, uri=True, timeout=timeout,
+                                       isolation_level=None, check_same_thread=False)
+                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            except sqlite3.Error as err:
+                if conn is not None:
+                    conn.close()
+                last = err
+                continue
+            self._conn = conn
+            break
+        else:
+            raise DatabaseError(f"cannot open database {self.path} read-only: {last}")
+        try:
+            with self._guard("reading the schema", opening=True):
+                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+                tables = {name for (name,) in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if verify:
+                    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
+                    if problems != ["ok"]:
+                        raise DatabaseError(f"database file {self.path} is corrupt (SQLite "
+                                            f"quick_check: {_summarise(problems)})")
+                if not tables and app_id == 0:
+                    raise DatabaseError(f"no tuning records in {self.path} (an empty file)")
+                version = self._check_ours(app_id, tables)
+                self.file_version = version
+                self.journal_mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+                if version < SCHEMA_VERSION:
+                    memory = sqlite3.connect(":memory:", isolation_level=None,
+                                             check_same_thread=False)
+                    conn.backup(memory)
+                    conn.close()
+                    self._conn = memory
+            if version < SCHEMA_VERSION:
+                self.readonly = False  # the in-memory copy may be migrated, never the file
+                self._migrate()
+                self.readonly = True
+        except BaseException:
+            self._conn.close()
             self._conn = None
             raise
 
@@ -283,6 +358,9 @@ class Database:
         """One write transaction, taken with BEGIN IMMEDIATE so that waiting for another
         writer happens up front (under the busy time-out), never as a failed upgrade of a
         read transaction halfway through."""
+        if self.readonly:
+            raise DatabaseError(f"database {self.path} is open read-only; {action} needs "
+                                f"write access")
         with self._lock, self._guard(action, opening):
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
@@ -409,6 +487,9 @@ class Database:
         fp_ids: dict[str, int] = {}
         with self._write(f"committing {len(batch)} records") as conn:
             added = self._insert_records(conn, batch, fp_ids)
+            conn.executemany("DELETE FROM claims WHERE workload_key = ? AND target = ? AND "
+                             "trace_hash = ?",
+                             [(r.workload_key, r.target, r.trace_hash) for r, _ in batch])
         self._fingerprint_ids.update(fp_ids)  # only ids of committed rows are remembered
         return added
 
@@ -541,9 +622,8 @@ class Database:
         with self._read("querying the best records") as conn:
             rows = conn.execute(
                 f"SELECT {_RECORD_COLUMNS} FROM records r WHERE r.workload_key = ? AND {cond} "
-                f"AND r.error_kind IS NULL ORDER BY r.score, r.id LIMIT ?",
-                [key, *params, k]).fetchall()
-            out = [self._record_from_row(conn, row) for row in rows]
+                f"AND r.error_kind IS NULL ORDER BY r.score, r.id", [key, *params])
+            out = self._readable(conn, rows, k) if k else []
         if check_fingerprint and len(out) < k:
             self._warn_foreign(key, primary)
         return out
@@ -590,7 +670,7 @@ class Database:
         with self._read("reading records") as conn:
             rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE "
                                 f"{' AND '.join(where)} ORDER BY r.id", params).fetchall()
-            return [self._record_from_row(conn, row) for row in rows]
+            return self._readable(conn, rows)
 
     def count(self, workload=None, target=None, include_errors: bool = True) -> int:
         """Number of records, optionally of one workload and/or target string."""
@@ -627,6 +707,31 @@ class Database:
                 f"SELECT r.trace_hash FROM records r WHERE r.workload_key = ? AND {cond}",
                 [workload_key(workload), *params])}
 
+    def claim(self, workload, target, trace_hashes: Iterable[str],
+              ttl: float = 3600.0) -> set[str]:
+        """Claim candidates for measurement; returns the hashes this database object may
+        measure: those neither measured for the target (on this hardware) nor claimed by
+        another tuning process whose claim is still live.  Claims end when the records are
+        committed, or after ``ttl`` seconds (a process killed mid-batch).  Two processes
+        tuning one workload into one file thus never measure the same candidate twice."""
+        key, primary = workload_key(workload), canonical_target(target)
+        wanted = list(dict.fromkeys(trace_hashes))
+        if not wanted:
+            return set()
+        measured = self.measured_hashes(key, primary)
+        now = time.time()
+        with self._write(f"claiming {len(wanted)} candidates") as conn:
+            conn.execute("DELETE FROM claims WHERE expires < ?", (now,))
+            taken = {h for (h,) in conn.execute(
+                f"SELECT trace_hash FROM claims WHERE workload_key = ? AND target = ? AND "
+                f"owner != ? AND trace_hash IN ({','.join('?' * len(wanted))})",
+                [key, primary, self._owner, *wanted])}
+            granted = [h for h in wanted if h not in taken and h not in measured]
+            conn.executemany("INSERT OR REPLACE INTO claims(workload_key, target, trace_hash, "
+                             "owner, expires) VALUES (?, ?, ?, ?, ?)",
+                             [(key, primary, h, self._owner, now + ttl) for h in granted])
+        return set(granted)
+
     def targets(self, workload=None) -> list[str]:
         """Target strings that have records (of one workload, or of any)."""
         with self._read("reading targets") as conn:
@@ -644,17 +749,38 @@ class Database:
                                 (canonical_target(target),)).fetchall()
         return [json.loads(text) for (text,) in rows]
 
+    def _readable(self, conn, rows, k: int | None = None) -> list[TuningRecord]:
+        """The records of ``rows`` (at most ``k``).  A row that does not parse (a damaged or
+        hand-edited file) is skipped with one warning naming it: one bad record must not stop
+        a build or a resumed run."""
+        out = []
+        for row in rows:
+            try:
+                out.append(self._record_from_row(conn, row))
+            except DatabaseError as err:
+                if row[0] not in self._unreadable:
+                    self._unreadable.add(row[0])
+                    warnings.warn(RecordsWarning(f"{err}; the record is skipped"),
+                                  stacklevel=3)
+                continue
+            if k is not None and len(out) >= k:
+                break
+        return out
+
     def _record_from_row(self, conn, row) -> TuningRecord:
         (rid, key, target, trace, run_times, median, error_kind, error_msg, host, version,
          timestamp, config, details, score, remeasure_count, fp_id, uid, thash) = row
-        fingerprint = None
-        if fp_id is not None:
-            fingerprint = self._fingerprint_data.get(fp_id)
-            if fingerprint is None:
-                (text,) = conn.execute("SELECT data FROM fingerprints WHERE id = ?",
-                                       (fp_id,)).fetchone()
-                fingerprint = self._fingerprint_data[fp_id] = json.loads(text)
         try:
+            fingerprint = None
+            if fp_id is not None:
+                fingerprint = self._fingerprint_data.get(fp_id)
+                if fingerprint is None:
+                    (text,) = conn.execute("SELECT data FROM fingerprints WHERE id = ?",
+                                           (fp_id,)).fetchone()
+                    fingerprint = json.loads(text)
+                    if not isinstance(fingerprint, dict):
+                        raise ValueError("its fingerprint is not a JSON object")
+                    self._fingerprint_data[fp_id] = fingerprint
             return TuningRecord.from_stored({
                 "workload_key": key, "target": target, "trace_json": json.loads(trace),
                 "run_times": tuple(json.loads(run_times)),
@@ -664,9 +790,10 @@ class Database:
                 "details": json.loads(details), "record_id": rid, "score": score,
                 "remeasure_count": remeasure_count, "fingerprint": fingerprint,
                 "trace_text": trace, "trace_hash": thash, "uid": uid})
-        except ValueError as err:  # JSON that does not parse: a damaged row
-            raise DatabaseError(f"database {self.path}: record {rid} is malformed: {err}"
-                                ) from None
+        # JSON that does not parse, or nests deeper than the parser goes: a damaged row.
+        except (ValueError, TypeError, RecursionError) as err:
+            raise DatabaseError(f"database {self.path}: record {rid} is malformed: "
+                                f"{type(err).__name__}: {err}") from None
 
     # -- notes of the tools above (model runs, ...) ---------------------------------------------
     # NOTE: kept in the meta table under a "note:" prefix, so the schema stays as it is and
@@ -700,8 +827,15 @@ class Database:
 
     def info(self) -> dict:
         """A summary: schema, counts, and per workload and target the record counts and the
-        best median."""
+        best median; ``unreadable`` counts the records that builds and resumed runs skip
+        (damaged JSON, or a trace of instructions this release does not know)."""
         with self._read("summarising") as conn:
+            unreadable = 0
+            for row in conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r"):
+                try:
+                    Trace.from_json(self._record_from_row(conn, row).trace_json)
+                except (DatabaseError, ScheduleError):
+                    unreadable += 1
             names = dict(conn.execute("SELECT key, name FROM workloads"))
             order = [k for (k,) in conn.execute("SELECT key FROM workloads ORDER BY rowid")]
             per = conn.execute(
@@ -716,12 +850,16 @@ class Database:
             entry["errors"] += errors
             entry["targets"][target] = {"records": n, "errors": errors, "best_median": best}
         return {
-            "path": self.path, "schema_version": self.schema_version,
+            # A read-only open of an older file reads a migrated copy; the file's own version
+            # is the one to report.
+            "path": self.path, "schema_version": getattr(self, "file_version",
+                                                         self.schema_version),
             "journal_mode": self.journal_mode,
             "workloads": list(workloads.values()),
             "records": sum(w["records"] for w in workloads.values()),
             "errors": sum(w["errors"] for w in workloads.values()),
             "remeasurements": remeasured,
+            "unreadable": unreadable,
         }
 
     # -- moving records between files (the JSON-lines format is records.jsonl's) -----------
@@ -768,8 +906,7 @@ class Database:
                 rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE "
                                     f"r.workload_key = ? AND r.target = ? ORDER BY r.id",
                                     (k, target))
-            for row in rows.fetchall():
-                record = self._record_from_row(conn, row)
+            for record in self._readable(conn, rows.fetchall()):
                 data = record.to_json()
                 data["kind"] = "record"
                 if record.remeasure_count:

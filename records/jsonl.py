@@ -25,6 +25,8 @@ import sys
 import tempfile
 from collections.abc import Mapping
 
+from schedules.trace import Trace
+
 from .errors import DatabaseError
 from .keys import canonical_target, workload_key
 from .record import TuningRecord
@@ -103,6 +105,7 @@ def import_jsonl(db, path) -> int:
     # 1. Parse and validate every line; nothing is written until all are good.
     workloads: dict[str, Workload] = {}
     records: list[tuple[TuningRecord, list[dict]]] = []
+    places: list[str] = []
     try:
         stream = sys.stdin if path == "-" else open(name, encoding="utf-8")
     except OSError as err:
@@ -115,8 +118,9 @@ def import_jsonl(db, path) -> int:
                 continue
             try:
                 data = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise DatabaseError(f"{where}: not valid JSON ({err})") from None
+            except (json.JSONDecodeError, RecursionError) as err:
+                raise DatabaseError(f"{where}: not valid JSON ({type(err).__name__}: {err})"
+                                    ) from None
             if not isinstance(data, dict):
                 raise DatabaseError(f"{where}: each line must be a JSON object")
             kind = data.pop("kind", None)
@@ -139,16 +143,34 @@ def import_jsonl(db, path) -> int:
                 remeasured = _parse_remeasurements(data.pop("remeasurements", []), where)
                 try:
                     record = TuningRecord.from_json(data)
-                except ValueError as err:
+                except (ValueError, RecursionError) as err:
                     raise DatabaseError(f"{where}: bad record: {err}") from None
                 if record.is_error and remeasured:
                     raise DatabaseError(f"{where}: an error record cannot have "
                                         f"re-measurements")
                 records.append((record, remeasured))
+                places.append(where)
             else:
                 raise DatabaseError(f"{where}: unknown line kind {kind!r} (expected header, "
                                     f"workload or record)")
         if not header_seen:
             raise DatabaseError(f"{name} is empty: not a tuning-record export")
-    # 2. One transaction: workloads, records, re-measurements.
+    # 2. Every trace must replay on its workload, as a build will replay it.
+    for (record, _), where in zip(records, places):
+        _check_replays(db, workloads, record, where)
+    # 3. One transaction: workloads, records, re-measurements.
     return db.add_dump(workloads.values(), records, name)
+
+
+def _check_replays(db, workloads: dict, record: TuningRecord, where: str) -> None:
+    workload = workloads.get(record.workload_key)
+    if workload is None:
+        if not db.has_workload(record.workload_key):
+            return  # add_dump names the missing workload
+        workload = db.workload(record.workload_key)
+    try:
+        Trace.from_json(record.trace_json).apply(workload.func)
+    except Exception as err:  # noqa: BLE001 - whatever a replay raises, the line is refused
+        raise DatabaseError(f"{where}: the record's trace does not replay on workload "
+                            f"{workload.name} ({type(err).__name__}: {err}); nothing was "
+                            f"imported") from None

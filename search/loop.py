@@ -255,10 +255,7 @@ class TuningLoop:
             raise SearchError(f"step: count must be a positive int, got {count!r}")
         result, key = self.result, self.result.workload_key
         # 1. Propose (search), 2. score before measuring (held-out predictions).
-        t0, p0 = time.perf_counter(), self.timers["predict"]
-        batch = self.propose(count)
-        self.timers.add("search", time.perf_counter() - t0 - (self.timers["predict"] - p0))
-        batch = self._checked_batch(batch, count)
+        batch = self._claimed_batch(count)
         if not batch:
             result.exhausted = True
             return []
@@ -342,7 +339,12 @@ class TuningLoop:
             records = self.database.best_k(key, self.target, self.warm_start) \
                 if self.warm_start and measured else []
             for rec in records:
-                sc = self.pool.replay(rec.trace(), origin="database")
+                try:
+                    sc = self.pool.replay(rec.trace(), origin="database")
+                except Exception as err:  # noqa: BLE001 - a damaged record is skipped, said so
+                    self.log(f"[tune {self.workload.name}] record {rec.record_id} does not "
+                             f"replay ({type(err).__name__}: {err}); it is skipped")
+                    continue
                 if sc is None or sc.seconds is not None:
                     continue  # no longer valid in this library version, or a duplicate
                 seconds = rec.score if rec.score is not None else rec.median
@@ -364,6 +366,27 @@ class TuningLoop:
                      f"measured before are skipped; best of {len(elites)} stored: "
                      f"{self._perf(min(c.seconds for c in elites))}")
         return elites
+
+    def _claimed_batch(self, count: int, tries: int = 4) -> list[SearchCandidate]:
+        """Up to ``count`` new candidates, claimed in the database for this run
+        (``Database.claim``): what another process tuning the same workload into the same
+        file is measuring, or has measured, is set aside and the strategy proposes again."""
+        for _ in range(tries):
+            t0, p0 = time.perf_counter(), self.timers["predict"]
+            batch = self._checked_batch(self.propose(count), count)
+            self.timers.add("search", time.perf_counter() - t0 - (self.timers["predict"] - p0))
+            if not batch:
+                return []
+            with self.timers.phase("db"):
+                granted = self.database.claim(self.workload.key, self.target,
+                                              [c.trace_hash for c in batch])
+            for c in batch:
+                if c.trace_hash not in granted:
+                    self.pool.mark_taken(c)
+            batch = [c for c in batch if c.trace_hash in granted]
+            if batch:
+                return batch
+        return []
 
     def _checked_batch(self, batch: Sequence[SearchCandidate], count: int
                        ) -> list[SearchCandidate]:

@@ -193,6 +193,12 @@ class CandidatePool:
         return (sc.seconds is None and sc.program_hash not in self.measured_programs
                 and sc.trace_hash not in self.measured_traces)
 
+    def mark_taken(self, sc: SearchCandidate) -> None:
+        """Measured, or being measured, by another process tuning into the same database:
+        never proposed again here."""
+        self.measured_programs.add(sc.program_hash)
+        self.measured_traces.add(sc.trace_hash)
+
     def mark_measured(self, sc: SearchCandidate, seconds: float) -> None:
         sc.seconds = float(seconds)
         self.measured_programs.add(sc.program_hash)

@@ -6,12 +6,20 @@ at a time under a per-candidate deadline: a build that hangs (LLVM on a patholog
 loop) is killed with its worker, and one that crashes the compiler costs only its worker; both
 come back as a BuildResult error while the rest of the batch carries on.  Workers persist
 across batches, so LLVM and the IR modules are imported once per worker, not per candidate.
+
+The default work directory is a temporary folder ``autotune-build-<pid>-*`` holding an
+``owner.json`` file (the owning process's id and host).  ``close`` removes it, but a tuner killed
+with SIGKILL, or aborted by LLVM, cannot; so every LocalBuilder first removes the folders left
+by such processes (:func:`clean_stale_build_dirs`): only those whose owner is on this host and
+no longer alive, never one of a live process such as another tuner running beside it.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Sequence
@@ -21,13 +29,81 @@ from tensor_ir.target import Target
 
 from .worker import WorkerProcess, wait_any
 
-__all__ = ["LocalBuilder"]
+__all__ = ["LocalBuilder", "clean_stale_build_dirs"]
+
+BUILD_DIR_PREFIX = "autotune-build-"
+OWNER_FILE = "owner.json"
+
+
+def _make_build_dir() -> str:
+    """A new temporary work directory, marked with the process that owns it."""
+    path = tempfile.mkdtemp(prefix=f"{BUILD_DIR_PREFIX}{os.getpid()}-")
+    owner = {"pid": os.getpid(), "host": socket.gethostname()}
+    # Written under a temporary name and renamed: a cleaner never reads half a file, and a
+    # folder without the file is left alone (see clean_stale_build_dirs).
+    part = os.path.join(path, OWNER_FILE + ".part")
+    with open(part, "w", encoding="utf-8") as f:
+        json.dump(owner, f)
+    os.replace(part, os.path.join(path, OWNER_FILE))
+    return path
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, owned by another user
+    except OSError:
+        return True  # cannot tell: keep the folder
+    return True
+
+
+def clean_stale_build_dirs(root: str | None = None) -> list[str]:
+    """Remove the ``autotune-build-*`` folders under ``root`` (default: the temporary
+    directory) whose owning process has died without removing them; returns their paths.
+
+    A folder is removed only when its ``owner.json`` names this host and a process id that
+    no longer exists.  Folders without a readable owner file (being created right now, or
+    left by an older version) and those of other hosts (a temporary directory shared between
+    containers, whose process ids are not ours to check) are kept.
+    """
+    if os.name != "posix":
+        return []  # os.kill(pid, 0) is a liveness check on POSIX only
+    root = tempfile.gettempdir() if root is None else root
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(BUILD_DIR_PREFIX)]
+    except OSError:
+        return []
+    host = socket.gethostname()
+    removed = []
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            if os.path.islink(path) or not os.path.isdir(path):
+                continue
+            with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as f:
+                owner = json.load(f)
+            pid = owner["pid"]
+            if owner.get("host") != host or not isinstance(pid, int) or pid <= 0:
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if pid == os.getpid() or _process_alive(pid):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            removed.append(path)
+    return removed
 
 
 class LocalBuilder(Builder):
     """Builds candidates in ``max_workers`` processes (default: the cores this process may
     use), each candidate within ``timeout`` seconds.  Artifacts are object files under
-    ``work_dir`` (default: a temporary directory removed by ``close``)."""
+    ``work_dir`` (default: a temporary directory removed by ``close``).  Starting a builder
+    first removes the temporary directories of builders whose process died (see the module
+    text)."""
 
     def __init__(self, max_workers: int | None = None, timeout: float = 30.0,
                  work_dir: str | None = None):
@@ -40,9 +116,9 @@ class LocalBuilder(Builder):
             raise ValueError(f"LocalBuilder: timeout must be > 0 seconds, got {timeout!r}")
         self.max_workers = max_workers
         self.timeout = float(timeout)
+        clean_stale_build_dirs()
         self._own_dir = work_dir is None
-        self.work_dir = tempfile.mkdtemp(prefix="autotune-build-") if work_dir is None \
-            else work_dir
+        self.work_dir = _make_build_dir() if work_dir is None else work_dir
         os.makedirs(self.work_dir, exist_ok=True)
         self._workers = [WorkerProcess(f"{__name__}:handle_build_request", f"autotune-build-{i}")
                          for i in range(max_workers)]

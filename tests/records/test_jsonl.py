@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from records import Database, DatabaseError, MemoryDatabase, TuningRecord, Workload
+from records import (
+    SCHEMA_VERSION,
+    Database,
+    DatabaseError,
+    MemoryDatabase,
+    TuningRecord,
+    Workload,
+)
 from records.__main__ import main
 from tensor_ir import ops
 from tensor_ir.target import Target
@@ -166,7 +173,7 @@ def test_cli_export_import_info(tmp_path, capsys):
     assert set(mm64["targets"]) == {str(Target(HOST)), str(Target(OTHER_CPU))}
     assert main(["info", str(tmp_path / "b.db")]) == 0
     text = capsys.readouterr().out
-    assert "mm64: 8 records" in text and "schema 2" in text
+    assert "mm64: 8 records" in text and f"schema {SCHEMA_VERSION}" in text
 
 
 def test_cli_reports_unusable_files(tmp_path, capsys):

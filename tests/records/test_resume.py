@@ -205,3 +205,26 @@ def test_two_processes_tune_different_workloads_into_one_file(tmp_path):
         assert db.count() == len(sizes) * budget
     # The two runs were measuring (and so committing) during the same stretch of time.
     assert max(lo for lo, _ in spans) < min(hi for _, hi in spans)
+
+
+def test_two_processes_tuning_one_workload_never_measure_a_candidate_twice(tmp_path):
+    """Same workload, same seed, one file: without claims both runs would propose (and
+    measure) the same candidates; with them every stored candidate is distinct."""
+    path = tmp_path / "shared.db"
+    go = tmp_path / "go"
+    n, budget = 32, 16
+    children = [_spawn(path, n, budget, fast=0, delay=0.2, go_file=go) for _ in range(2)]
+    try:
+        time.sleep(0.2)
+        go.touch()
+        outputs = [c.communicate(timeout=CHILD_TIMEOUT) for c in children]
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+                c.communicate()
+    for child, (_, err) in zip(children, outputs):
+        assert child.returncode == 0, err
+    with Database(path) as db:
+        stored = _stored_hashes(db, ops.matmul(n, n, n))
+    assert len(stored) == len(set(stored)) >= budget
