@@ -39,7 +39,7 @@ from tensor_ir.errors import TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
-from .measure import LocalBuilder, LocalRunner, MeasureConfig, Runner
+from .measure import Builder, LocalBuilder, LocalRunner, MeasureConfig, Runner
 
 __all__ = ["TuneError", "TuneResult", "tune"]
 
@@ -147,17 +147,11 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         raise TuneError(f"autotune.tune: measure_config must be a MeasureConfig, got "
                         f"{type(measure_config).__name__}")
     target = target if isinstance(target, Target) else Target(target)
-    seeds = []
-    if space is None:
-        space = DesignSpace(func, target)
-        # The default schedule (what a build uses without a record) is measured first.
-        default = default_candidate(func, target)
-        seeds = [default.final_trace] if default is not None else []
-    elif not isinstance(space, DesignSpace) or space.func is not func:
+    if space is not None and (not isinstance(space, DesignSpace) or space.func is not func):
         raise TuneError("autotune.tune: space must be a DesignSpace made from the same func")
-    strategy_obj = search.create(strategy, seed=seed) if isinstance(strategy, str) \
+    strategy = search.create(strategy, seed=seed) if isinstance(strategy, str) \
         else search.create(strategy)
-    model = cost_models.create(cost_model, seed=seed) if isinstance(cost_model, str) \
+    cost_model = cost_models.create(cost_model, seed=seed) if isinstance(cost_model, str) \
         else cost_models.create(cost_model)
     config = measure_config or (runner.config if isinstance(runner, Runner)
                                 and runner.config is not None else MeasureConfig())
@@ -166,15 +160,39 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
     with measurement(database, builder, runner, config, "autotune.tune") as opened:
         db, builder, runner = opened
         # 3. Search, then re-measure the top before anything is reported.
-        loop = search.TuningLoop(space, strategy_obj, model, builder, runner, db,
-                                 config=settings, measure_config=config, log=log,
-                                 seed_traces=seeds)
+        loop = tuning_loop(func, target, db, builder, runner, settings, strategy, cost_model,
+                           measure_config=config, log=log, space=space)
         result = loop.run(trials, top_up=top_up)
         remeasured = loop.remeasure_top(settings.remeasure_top, settings.remeasure_rounds)
         out = _result(func, loop, result, remeasured, db, target)
         if heldout >= 2 and result.trials:
             out.model_heldout = loop.heldout_accuracy(heldout, seed=seed + 1)
         return out
+
+
+def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Builder,
+                runner: Runner, settings: search.SearchConfig, strategy, cost_model, *,
+                measure_config: MeasureConfig, log=None, space: DesignSpace | None = None,
+                seed: int | None = None) -> search.TuningLoop:
+    """The tuning loop of one workload, as ``tune`` and ``tune_model`` run it: the function's
+    design space (or ``space``), with the default schedule -- what a build uses without a
+    record -- measured first, so that a short run never ends slower than no tuning at all.
+    ``strategy`` and ``cost_model`` are kinds (made with ``seed``, default the settings') or
+    instances."""
+    seed = settings.seed if seed is None else seed
+
+    def made(create, kind):
+        return create(kind, seed=seed) if isinstance(kind, str) else create(kind)
+
+    seeds = []
+    if space is None:
+        space = DesignSpace(func, target)
+        default = default_candidate(func, target)
+        seeds = [default.final_trace] if default is not None else []
+    return search.TuningLoop(space, made(search.create, strategy),
+                             made(cost_models.create, cost_model), builder, runner, database,
+                             config=settings, measure_config=measure_config, log=log,
+                             seed_traces=seeds)
 
 
 def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasured, db,

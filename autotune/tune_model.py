@@ -36,8 +36,6 @@ from dataclasses import dataclass, field
 import cost_models
 import search
 from records import Database
-from schedules.default_schedule import default_candidate
-from schedules.space import DesignSpace
 from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
 from tensor_ir.target import Target
 
@@ -47,7 +45,7 @@ from .graph.ir import Model
 from .graph.tasks import extract_tasks
 from .measure import MeasureConfig, Runner
 from .report import ModelReport, TaskRow, format_report, refresh, store
-from .tune import TuneError, measurement
+from .tune import TuneError, measurement, tuning_loop
 
 __all__ = ["CoverageError", "TuneModelResult", "model_tasks", "parse_duration", "tune_model"]
 
@@ -223,18 +221,10 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         index = {t.key: i for i, t in enumerate(tasks)}
 
         def make_loop(task: SchedulerTask) -> search.TuningLoop:
-            space = DesignSpace(task.func, target)
-            task_seed = seed * 1_000_003 + index[task.key]
-            model_obj = shared_model if shared_model is not None else \
-                cost_models.create(cost_model, seed=task_seed)
-
-            # The default schedule is each task's first candidate: a short run never builds
-            # a model slower than the untuned one.
-            default = default_candidate(task.func, target)
-            return search.TuningLoop(space, search.create(strategy, seed=task_seed), model_obj,
-                                     builder, runner, db, config=settings,
-                                     measure_config=config, log=log,
-                                     seed_traces=[default.final_trace] if default else [])
+            return tuning_loop(task.func, target, db, builder, runner, settings, strategy,
+                               shared_model if shared_model is not None else cost_model,
+                               measure_config=config, log=log,
+                               seed=seed * 1_000_003 + index[task.key])
 
         # 3. Search.
         scheduler = TaskScheduler(
