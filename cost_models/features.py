@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensor_ir import dtype as dt
-from tensor_ir.analysis import const_bound
+from tensor_ir.arith import int_bound
 from tensor_ir.buffer import Buffer
 from tensor_ir.expr import (
     And,
@@ -267,7 +267,7 @@ class _Walker:
             return max(int(s.extent.value), 0)
         # A non-constant extent (a partial tile): its upper bound over the outer loops.
         dom = {lp[0]: (0, max(lp[1] - 1, 0)) for lp in self.loops}
-        bound = const_bound(s.extent, dom)
+        bound = int_bound(s.extent, dom)
         return max(int(bound[1]), 0) if bound is not None else UNKNOWN_EXTENT
 
     def _store(self, s: BufferStore) -> None:

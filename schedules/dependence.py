@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from tensor_ir.analysis import const_bound
+from tensor_ir.arith import Analyzer, is_index_dtype, linear_form
 from tensor_ir.expr import And, BinOp, BufferLoad, Cast, Cmp, IntImm, Not, Or, PrimExpr, Var
 from tensor_ir.stmt import REDUCE, Block, BlockRealize, BufferStore, For
 from tensor_ir.visitor import children, collect, substitute, uses_var
@@ -116,65 +116,6 @@ def _block_accesses(realize: BlockRealize):
 def _pred(realize: BlockRealize):
     p = realize.predicate
     return None if isinstance(p, IntImm) and p.value else p
-
-
-# -- linear forms ---------------------------------------------------------------------------
-
-def _linear(e: PrimExpr) -> tuple[dict, int]:
-    """``e`` as ({atom: coefficient}, constant); non-linear subterms are atoms.  The result is
-    shared (expressions are immutable and the same index expressions are analysed for every
-    loop asked about): callers must not change it."""
-    hit = _LINEAR.get(id(e))
-    if hit is not None and hit[0] is e:
-        return hit[1]
-    if len(_LINEAR) >= _LINEAR_SIZE:
-        _LINEAR.clear()
-    form = _linear_form(e)
-    _LINEAR[id(e)] = (e, form)
-    return form
-
-
-# id(expression) -> (expression, linear form); holding the expression keeps its id unique.
-_LINEAR: dict[int, tuple] = {}
-_LINEAR_SIZE = 4096
-
-
-def _linear_form(e: PrimExpr) -> tuple[dict, int]:
-    if isinstance(e, IntImm):
-        return {}, e.value
-    if isinstance(e, Cast) and isinstance(e.value, PrimExpr) and e.value.dtype.startswith("int"):
-        return _linear(e.value)
-    if isinstance(e, BinOp) and e.op in ("+", "-"):
-        fa, ca = _linear(e.a)
-        fb, cb = _linear(e.b)
-        sign = 1 if e.op == "+" else -1
-        out = dict(fa)
-        for k, v in fb.items():
-            out[k] = out.get(k, 0) + sign * v
-        return {k: v for k, v in out.items() if v != 0}, ca + sign * cb
-    if isinstance(e, BinOp) and e.op == "*":
-        if isinstance(e.b, IntImm):
-            f, c = _linear(e.a)
-            k = e.b.value
-        elif isinstance(e.a, IntImm):
-            f, c = _linear(e.b)
-            k = e.a.value
-        else:
-            return {e: 1}, 0
-        return {a: v * k for a, v in f.items() if v * k != 0}, c * k
-    return {e: 1}, 0
-
-
-def _bound_form(form: dict, const: int, dom: dict) -> tuple[int, int] | None:
-    lo = hi = const
-    for atom, coef in form.items():
-        b = const_bound(atom, dom)
-        if b is None:
-            return None
-        a, c = coef * b[0], coef * b[1]
-        lo += min(a, c)
-        hi += max(a, c)
-    return lo, hi
 
 
 def _eval_int(e: PrimExpr, env: dict) -> int | None:
@@ -388,25 +329,26 @@ def _distinct_rows(columns: list, count: int) -> bool:
     return len(np.unique(np.stack(columns, axis=1), axis=0)) == count
 
 
-def _pair_independent(w_idx: tuple, r_idx: tuple, x: Var, dom: dict) -> bool:
+def _pair_independent(w_idx: tuple, r_idx: tuple, x: Var, an: Analyzer) -> bool:
     pinned = []
     for wd, rd in zip(w_idx, r_idx):
-        fw, cw = _linear(wd)
-        fr, cr = _linear(rd)
-        xw = {a: c for a, c in fw.items() if uses_var(a, x)}
-        xr = {a: c for a, c in fr.items() if uses_var(a, x)}
+        if not (is_index_dtype(wd.dtype) and is_index_dtype(rd.dtype)):
+            continue
+        # Domain-free forms: the same index expressions come back for every loop asked about,
+        # and the shared analyzer keeps them.
+        fw, fr = linear_form(wd), linear_form(rd)
+        xw = [t for t in fw.terms if uses_var(t[0], x)]
+        xr = [t for t in fr.terms if uses_var(t[0], x)]
         if len(xw) != 1 or xw != xr:
             continue
-        (atom, coef), = xw.items()
-        diff = {a: c for a, c in fr.items() if a not in xr}
-        for a, c in fw.items():
-            if a not in xw:
-                diff[a] = diff.get(a, 0) - c
-        diff = {a: c for a, c in diff.items() if c != 0}
-        bound = _bound_form(diff, cr - cw, dom)
+        # The terms in x are equal: only the rest of r - w remains.
+        (atom, coef), = xw
+        rest = [t for t in fr.terms if t is not xr[0]]
+        rest += [(t[0], -t[1]) for t in fw.terms if t is not xw[0]]
+        bound = an.sum_bound(rest, fr.const - fw.const)
         if bound is not None and -abs(coef) < bound[0] and bound[1] < abs(coef):
             pinned.append(atom)
-    return _determines(pinned, x, dom)
+    return _determines(pinned, x, an.dom)
 
 
 # Largest number of iteration points enumerated by the exact fallback of a pair check.
@@ -558,25 +500,25 @@ def _carried_dependence(func_body, loop: For, include_self: bool,
         private |= private_buffers(func_body, loop, as_kind[0], as_kind[1])
     accesses = []
     for realize, inner in realizes:
-        accesses.append((realize.block.name, inner, _accesses(realize), realize))
-    for wname, winner, wacc, wreal in accesses:
-        for rname, rinner, racc, rreal in accesses:
+        # Rename the accessor's inner loop variables: it may be at another inner iteration.
+        # The renamed variables are private to this analysis, so one renaming (and the renamed
+        # indices, made once per access when needed) serves every question about this accessor
+        # under these loops.
+        objects = (realize, *inner)
+        renaming = _RENAMINGS.get(objects)
+        if renaming is MISS:
+            renaming = ({f.loop_var: Var(f.loop_var.name + "'", f.loop_var.dtype)
+                         for f in inner}, {})
+            _RENAMINGS.put(objects, (), renaming)
+        for old_var, fresh in renaming[0].items():
+            if old_var in dom:
+                dom[fresh] = dom[old_var]
+        accesses.append((realize.block.name, inner, _accesses(realize), realize, renaming))
+    an = Analyzer(dom)
+    for wname, winner, wacc, wreal, _ in accesses:
+        for rname, rinner, racc, rreal, (renamed, renamed_idx) in accesses:
             if rname == wname and not include_self:
                 continue
-            # Rename the accessor's inner loop variables: it may be at another inner iteration.
-            # The renamed variables are private to this analysis, so one renaming (and the
-            # renamed indices, made once per access when needed) serves every question about
-            # this accessor under these loops.
-            objects = (rreal, *rinner)
-            renaming = _RENAMINGS.get(objects)
-            if renaming is MISS:
-                renaming = ({f.loop_var: Var(f.loop_var.name + "'", f.loop_var.dtype)
-                             for f in rinner}, {})
-                _RENAMINGS.put(objects, (), renaming)
-            renamed, renamed_idx = renaming
-            for old_var, fresh in renamed.items():
-                if old_var in dom:
-                    dom[fresh] = dom[old_var]
             for wbuf, widx, is_write in wacc:
                 if not is_write or wbuf in private:
                     continue
@@ -587,7 +529,7 @@ def _carried_dependence(func_body, loop: For, include_self: bool,
                     if ridx2 is None:
                         ridx2 = tuple(substitute(i, renamed) for i in ridx)
                         renamed_idx[k] = ridx2
-                    if _pair_independent(widx, ridx2, x, dom):
+                    if _pair_independent(widx, ridx2, x, an):
                         continue
                     if outer is not None:
                         exact = _exact_independent(

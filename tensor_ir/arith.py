@@ -1,5 +1,6 @@
-"""Integer arithmetic reasoning: canonical affine forms, bounds, floordiv/floormod rules and
-decisions of comparisons under known variable domains.
+"""Integer arithmetic reasoning: canonical affine forms, bounds, floordiv/floormod rules,
+decisions of comparisons under known variable domains, and symbolic bounds of an expression
+over ranges of its variables.  Every other module asks this one about index arithmetic.
 
 The central object is :class:`Analyzer`, which holds a domain (``Var -> (lo, hi)`` inclusive)
 and memo tables.  Index expressions (dtype int32 / int64) are brought to a canonical affine
@@ -27,6 +28,7 @@ from .expr import (
     And, BinOp, BufferLoad, Call, Cast, Cmp, FloatImm, IntImm, Not, Or, PrimExpr, Select, Var,
     binary, cast, compare, logic_and, logic_not, logic_or, select,
 )
+from .visitor import uses_var
 
 Interval = tuple  # (lo, hi) inclusive, Python ints
 
@@ -203,17 +205,25 @@ class Analyzer:
 
     Results are memoised per analyzer; an analyzer's domain never changes (use
     :meth:`scoped` for an inner scope with more facts), so memoised answers stay valid.
+
+    ``keep_order`` renders sums with their terms in order of first appearance (and min / max
+    and products with their operands as written) instead of the sorted canonical order: the
+    arithmetic is the same, only the spelling follows the input.  Schedule primitives use it
+    so that the index expressions they build read the way the user wrote them.
     """
 
-    __slots__ = ("dom", "_memo", "_lin", "_bnd", "_divs", "_keys")
+    __slots__ = ("dom", "keep_order", "_memo", "_lin", "_bnd", "_divs", "_keys", "_forms")
 
-    def __init__(self, dom: dict | None = None, _keys: _KeyCache | None = None):
+    def __init__(self, dom: dict | None = None, _keys: _KeyCache | None = None,
+                 keep_order: bool = False):
         self.dom: dict = {v: (int(r[0]), int(r[1])) for v, r in dom.items()} if dom else {}
+        self.keep_order = keep_order
         # id(expr) -> (expr, result): holding expr keeps the id from being reused.
         self._memo: dict[int, tuple] = {}
         self._lin: dict[int, tuple] = {}
         self._bnd: dict[int, tuple] = {}
         self._divs: dict[tuple, tuple] = {}
+        self._forms: dict[int, tuple] = {}
         self._keys = _keys if _keys is not None else _KeyCache()
 
     def scoped(self, updates: dict) -> "Analyzer":
@@ -225,7 +235,7 @@ class Analyzer:
                 dom.pop(var, None)
             else:
                 dom[var] = rng
-        return Analyzer(dom, self._keys)
+        return Analyzer(dom, self._keys, self.keep_order)
 
     # -- public queries ---------------------------------------------------------------------
     def simplify(self, e: PrimExpr) -> PrimExpr:
@@ -247,6 +257,8 @@ class Analyzer:
         """Inclusive bounds of the integer expression ``e`` (simplified first)."""
         if not (dt.is_int(e.dtype) or e.dtype == "bool"):
             return None
+        if isinstance(e, Var):  # what simplifying and bounding it would give, without either
+            return self.dom.get(e)
         return self._bound(self.simplify(e))
 
     def prove(self, cond: PrimExpr) -> bool | None:
@@ -256,11 +268,94 @@ class Analyzer:
         return None
 
     def linear_form(self, e: PrimExpr) -> LinearForm:
+        hit = self._forms.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
         if not is_index_dtype(e.dtype):
             raise DTypeError(f"linear_form needs an int32/int64 expression, got {e.dtype}")
         s = self._linear(e)
-        order = self._sorted_terms(s.terms)
-        return LinearForm(tuple(order), s.const, e.dtype)
+        out = LinearForm(tuple(self._sorted_terms(s.terms)), s.const, e.dtype)
+        self._forms[id(e)] = (e, out)
+        return out
+
+    def sum_bound(self, terms, const: int = 0) -> Interval | None:
+        """Inclusive bounds of ``sum(coeff * atom) + const`` over ``(atom, coeff)`` pairs, as
+        in a :class:`LinearForm` (like atoms merge first, so they cancel)."""
+        merged: dict = {}
+        for atom, k in terms:
+            merged[atom] = merged.get(atom, 0) + k
+        lo = hi = const
+        for atom, k in merged.items():
+            if not k:
+                continue
+            b = self.bound(atom)
+            if b is None:
+                return None
+            lo += k * (b[0] if k > 0 else b[1])
+            hi += k * (b[1] if k > 0 else b[0])
+        return (lo, hi)
+
+    def const_diff(self, a: PrimExpr, b: PrimExpr) -> int | None:
+        """``a - b`` when it is a known constant (like terms cancel), else None."""
+        if not (is_index_dtype(a.dtype) and is_index_dtype(b.dtype)):
+            return None
+        d = self._recombine(_add(self._linear(a), self._linear(b), -1))
+        return None if d.terms else d.const
+
+    def relax(self, e: PrimExpr, ranges: dict) -> Interval | None:
+        """Inclusive symbolic bounds ``(lo, hi)`` of the index expression ``e`` when each
+        variable in ``ranges`` (``Var -> (lo, hi)``, expressions) takes every value of its
+        interval; other variables stay symbolic.  None when no bound can be stated (a load, a
+        product of two relaxed expressions, ...)."""
+        if not any(uses_var(e, v) for v in ranges):
+            c = self.simplify(e)
+            return c, c
+        s = self._linear(e)
+        lo = hi = _Sum({}, s.const)
+        for atom, k in s.terms.items():
+            if isinstance(atom, Var):
+                ends = ranges.get(atom, (atom, atom))
+            else:
+                ends = self._relax_atom(atom, ranges)
+                if ends is None:
+                    return None
+            low, high = ends if k > 0 else ends[::-1]
+            lo = _add(lo, self._linear(low), k)
+            hi = _add(hi, self._linear(high), k)
+        return (self._render(self._recombine(lo), e.dtype),
+                self._render(self._recombine(hi), e.dtype))
+
+    def _relax_atom(self, atom, ranges: dict) -> Interval | None:
+        if not any(uses_var(atom, v) for v in ranges):
+            return atom, atom
+        if isinstance(atom, BinOp):
+            op, c = atom.op, atom.b
+            if op in ("//", "%") and isinstance(c, IntImm) and c.value > 0:
+                inner = self.relax(atom.a, ranges)
+                if op == "//":
+                    if inner is None:
+                        return None
+                    return self.simplify(BinOp("//", inner[0], c)), \
+                        self.simplify(BinOp("//", inner[1], c))
+                # The relaxed operand stays inside one period when its floordivs agree.
+                if inner is not None:
+                    span = self.const_diff(inner[1], inner[0])
+                    if span is not None and span < c.value and self.const_diff(
+                            BinOp("//", inner[1], c), BinOp("//", inner[0], c)) == 0:
+                        return self.simplify(BinOp("%", inner[0], c)), \
+                            self.simplify(BinOp("%", inner[1], c))
+                return _imm(0, atom.dtype), _imm(c.value - 1, atom.dtype)
+            if op in ("min", "max"):
+                a, b = self.relax(atom.a, ranges), self.relax(atom.b, ranges)
+                if a is None or b is None:
+                    return None
+                return self.simplify(BinOp(op, a[0], b[0])), self.simplify(BinOp(op, a[1], b[1]))
+        if isinstance(atom, Cast) and dt.is_int(atom.value.dtype):
+            inner = self.relax(atom.value, ranges)
+            if inner is None:
+                return None
+            return Cast(atom.dtype, inner[0]), Cast(atom.dtype, inner[1])
+        return None
 
     # -- dispatch -----------------------------------------------------------------------------
     def _simplify(self, e):
@@ -381,7 +476,7 @@ class Analyzer:
             gb = -gb
         fa = self._render(_div_exact(la, ga), dtype)
         fb = self._render(_div_exact(lb, gb), dtype)
-        if self._keys.order(fb) < self._keys.order(fa):
+        if not self.keep_order and self._keys.order(fb) < self._keys.order(fa):
             fa, fb = fb, fa
         return _atom(BinOp("*", fa, fb), ga * gb)
 
@@ -390,6 +485,8 @@ class Analyzer:
         return s.terms[first]
 
     def _sorted_terms(self, terms: dict) -> list:
+        if self.keep_order:
+            return list(terms.items())
         order = self._keys.order
         return sorted(terms.items(), key=lambda t: (t[1] < 0, -abs(t[1]), order(t[0])))
 
@@ -408,7 +505,7 @@ class Analyzer:
             if out is None:
                 if k > 0:
                     out = term(atom, k)
-                elif s.const > 0:
+                elif s.const > 0 and not self.keep_order:
                     out = BinOp("-", _imm(s.const, dtype), term(atom, -k))
                 else:
                     out = BinOp("-", _imm(0, dtype), term(atom, -k))
@@ -417,7 +514,7 @@ class Analyzer:
             else:
                 out = BinOp("-", out, term(atom, -k))
         lead_k = items[0][1]
-        if lead_k > 0 or s.const <= 0:
+        if lead_k > 0 or s.const <= 0 or self.keep_order:
             if s.const > 0:
                 out = BinOp("+", out, _imm(s.const, dtype))
             elif s.const < 0:
@@ -707,7 +804,7 @@ class Analyzer:
                 if b_le_a:
                     return a
         # min/max commute: order the operands so that equal expressions meet.
-        if self._keys.order(b) < self._keys.order(a):
+        if not self.keep_order and self._keys.order(b) < self._keys.order(a):
             a, b = b, a
         if a is e.a and b is e.b:
             return e
@@ -930,27 +1027,59 @@ def _collect_facts(cond, holds: bool, facts: dict, dom: dict) -> bool:
 # Module-level entry points
 # ---------------------------------------------------------------------------------------------
 
-def canonical(e: PrimExpr, dom: dict | None = None) -> PrimExpr:
-    """The canonical (simplified) form of ``e`` under ``dom``."""
-    return Analyzer(dom).simplify(e)
+# Domain-free analyzers shared by every query without a domain: schedule primitives canonicalise
+# the same index expressions over and over (replaying a trace, probing compute locations), and
+# the memo tables make the repeats lookups.  Past _SHARED_LIMIT entries the analyzer is dropped
+# rather than pruned: the entries pin their expressions, and a fresh analyzer gives the same
+# answers.  Only the two largest tables are counted: every entry of the others comes with an
+# entry of one of them.
+_SHARED: dict[bool, Analyzer] = {}
+_SHARED_LIMIT = 1 << 15
+
+
+def _analyzer(dom: dict | None, keep_order: bool = False) -> Analyzer:
+    if dom:
+        return Analyzer(dom, keep_order=keep_order)
+    an = _SHARED.get(keep_order)
+    if an is None or len(an._memo) + len(an._lin) > _SHARED_LIMIT:
+        an = _SHARED[keep_order] = Analyzer(keep_order=keep_order)
+    return an
+
+
+def canonical(e: PrimExpr, dom: dict | None = None, keep_order: bool = False) -> PrimExpr:
+    """The canonical (simplified) form of ``e`` under ``dom`` (see :class:`Analyzer` for
+    ``keep_order``)."""
+    return _analyzer(dom, keep_order).simplify(e)
 
 
 def prove(cond: PrimExpr, dom: dict | None = None) -> bool | None:
     """True when ``cond`` provably holds over ``dom``, False when it provably fails, None
     when the analyzer cannot tell."""
-    return Analyzer(dom).prove(cond)
+    return _analyzer(dom).prove(cond)
 
 
 def linear_form(e: PrimExpr, dom: dict | None = None) -> LinearForm:
     """``e`` as ``sum(coeff * atom) + const`` (canonical atoms and order)."""
-    return Analyzer(dom).linear_form(e)
+    return _analyzer(dom).linear_form(e)
 
 
 def int_bound(e: PrimExpr, dom: dict | None = None) -> Interval | None:
-    """Inclusive integer bounds of ``e`` over ``dom``; None when unknown.  Tighter than
-    :func:`tensor_ir.analysis.const_bound`: like terms cancel first (``i - i`` is 0)."""
-    return Analyzer(dom).bound(e)
+    """Inclusive integer bounds of ``e`` over ``dom`` (``Var -> (lo, hi)`` inclusive); None
+    when unknown (a free variable, a load, ...).  Like terms cancel first (``i - i`` is 0)."""
+    if isinstance(e, IntImm):  # no analyzer needed (loop bounds are mostly constants)
+        return (e.value, e.value)
+    return _analyzer(dom).bound(e)
+
+
+def const_diff(a: PrimExpr, b: PrimExpr, keep_order: bool = False) -> int | None:
+    """``a - b`` when it is a known constant, else None."""
+    return _analyzer(None, keep_order).const_diff(a, b)
+
+
+def relax(e: PrimExpr, ranges: dict, keep_order: bool = False) -> Interval | None:
+    """Symbolic inclusive bounds of ``e`` over ``ranges`` (see :meth:`Analyzer.relax`)."""
+    return _analyzer(None, keep_order).relax(e, ranges)
 
 
 __all__ = ["Analyzer", "LinearForm", "canonical", "prove", "linear_form", "int_bound",
-           "is_index_dtype", "INDEX_DTYPES"]
+           "const_diff", "relax", "is_index_dtype", "INDEX_DTYPES"]

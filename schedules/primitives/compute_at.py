@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace as dc_replace
 
-from tensor_ir.analysis import const_bound
+from tensor_ir import arith
 from tensor_ir.expr import BufferLoad, IntImm, PrimExpr, Var, binary, compare
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import (
@@ -16,8 +16,7 @@ from .. import tree
 from ..errors import ScheduleError, check
 from . import blocks as B
 from .regions import (
-    canon, const_dom, loop_ranges, provably_le, relax, sym_max, sym_min, union,
-    as_var_plus_const, recompute_regions,
+    as_var_plus_const, canon, const_dom, loop_ranges, recompute_regions, relax, union,
 )
 
 __all__ = ["compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline"]
@@ -63,15 +62,17 @@ def _clip(lo: PrimExpr, hi: PrimExpr, dom, outer: dict):
     check(isinstance(dom.min, IntImm) and isinstance(dom.extent, IntImm),
           "iteration domains must be constant for region inference")
     dmin, dmax = dom.min.value, dom.min.value + dom.extent.value - 1
-    start = lo if provably_le(IntImm(dmin, lo.dtype), lo, outer) else sym_max(lo, IntImm(dmin))
-    end = hi if provably_le(hi, IntImm(dmax, hi.dtype), outer) else sym_min(hi, IntImm(dmax))
+    start = lo if arith.prove(compare("<=", IntImm(dmin, lo.dtype), lo), outer) \
+        else canon(binary("max", lo, IntImm(dmin)))
+    end = hi if arith.prove(compare("<=", hi, IntImm(dmax, hi.dtype)), outer) \
+        else canon(binary("min", hi, IntImm(dmax)))
     extent = canon(binary("+", binary("-", end, start), 1))
     if isinstance(extent, IntImm):
         return start, max(extent.value, 0), None
     # NOTE: the extent varies with the outer loops: loop over its upper bound (the unclipped
     # width, at most the domain) and guard the realize with the true end.
     width = canon(binary("+", binary("-", hi, lo), 1))
-    bound = const_bound(width, outer) if not isinstance(width, IntImm) else (0, width.value)
+    bound = arith.int_bound(width, outer) if not isinstance(width, IntImm) else (0, width.value)
     upper = dom.extent.value if bound is None else min(bound[1], dom.extent.value)
     return start, max(upper, 0), end
 
@@ -350,8 +351,8 @@ def reverse_compute_at(func: PrimFunc, block: str, loop_var: Var) -> PrimFunc:
             lo, hi = region[d]
             lo, hi = canon(binary("-", lo, c)), canon(binary("-", hi, c))
             prev = narrowed.get(v)
-            narrowed[v] = (lo, hi) if prev is None else (sym_max(prev[0], lo),
-                                                         sym_min(prev[1], hi))
+            narrowed[v] = (lo, hi) if prev is None else (canon(binary("max", prev[0], lo)),
+                                                         canon(binary("min", prev[1], hi)))
     ranges = {v: _clip(lo, hi, B.iter_dom(blk, v), outer) for v, (lo, hi) in narrowed.items()}
 
     # 3. Every read of a produced buffer must lie inside the produced region.
@@ -373,8 +374,9 @@ def reverse_compute_at(func: PrimFunc, block: str, loop_var: Var) -> PrimFunc:
                 if vc is not None and vc[0] in narrowed:
                     continue  # inside by construction
                 bounds = relax(e, relax_map)
-                ok = bounds is not None and provably_le(region[d][0], bounds[0], outer) and \
-                    provably_le(bounds[1], region[d][1], outer)
+                ok = bounds is not None and arith.prove(
+                    compare("<=", region[d][0], bounds[0])
+                    & compare("<=", bounds[1], region[d][1]), outer)
                 check(ok, f"{what}: block {block} reads {buf.name} outside the region produced "
                           f"in one iteration of loop {loop_var.name} (dimension {d})")
 

@@ -10,8 +10,7 @@ from typing import Callable
 import numpy as np
 
 from tensor_ir import dtype as dt
-from tensor_ir.analysis import const_bound
-from tensor_ir.arith import linear_form
+from tensor_ir.arith import int_bound, linear_form
 from tensor_ir.buffer import Buffer
 from tensor_ir.expr import (
     BinOp, BufferLoad, Cast, IntImm, PrimExpr, Var, binary, const, select,
@@ -72,7 +71,7 @@ def _apply_map(buf: Buffer, index_map: Callable, what: str):
     dom = {v: (0, s - 1) for v, s in zip(vars_, shape)}
     new_shape = []
     for d, e in enumerate(exprs):
-        bound = const_bound(e, dom)
+        bound = int_bound(e, dom)
         check(bound is not None, f"{what}: cannot bound new dimension {d} of {buf.name}")
         check(bound[0] >= 0, f"{what}: new dimension {d} of {buf.name} can be negative")
         new_shape.append(bound[1] + 1)

@@ -296,7 +296,6 @@ def test_dependence_answers_survive_caching():
     dependence._DEPENDENCES._entries.clear()
     dependence._ACCESSES._entries.clear()
     dependence._RENAMINGS._entries.clear()
-    dependence._LINEAR.clear()
     again = [dependence.carried_dependence(body, lp, outer=tree.find_loop(sch.func,
                                                                           lp.loop_var).loops)
              for lp in loops]

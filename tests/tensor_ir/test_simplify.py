@@ -9,7 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tensor_ir import te
-from tensor_ir.arith import Analyzer, canonical, int_bound, linear_form, prove
+from tensor_ir.arith import (
+    Analyzer, canonical, const_diff, int_bound, linear_form, prove, relax,
+)
 from tensor_ir.buffer import decl_buffer
 from tensor_ir.errors import DTypeError
 from tensor_ir.expr import (
@@ -242,6 +244,22 @@ def test_canonical_and_analyzer_reuse():
     assert an.prove(x < 8) is True
     assert an.bound(x * 2 - 1) == (-1, 13)
     assert canonical((x * 4 + 3) // 4) is x
+
+
+def test_relax_const_diff_and_sum_bound():
+    # Symbolic bounds over the relaxed variables; the others stay symbolic.
+    lo, hi = relax(io * 32 + ii, {ii: (IntImm(0), IntImm(31))})
+    assert const_diff(lo, io * 32) == 0 and const_diff(hi, io * 32) == 31
+    assert relax((io * 32 + ii) // 8, {ii: (IntImm(0), IntImm(7))}) == (io * 4, io * 4)
+    assert relax(x % 4, {x: (y, y + 9)}) == (IntImm(0), IntImm(3))
+    assert const_diff(x + y, y) is None and const_diff(x * 2 + 3, x * 2) == 3
+    # Like atoms cancel before bounding.
+    an = Analyzer(DOM)
+    assert an.sum_bound([(ii, 1), (io, 2), (ii, -1)], 1) == (1, 7)
+    assert an.sum_bound([(x, 1)]) is None
+    # keep_order changes the spelling only: same value, written order.
+    assert structural_equal(canonical(ii + io * 4, keep_order=True), ii + io * 4)
+    assert structural_equal(canonical(ii + io * 4), io * 4 + ii)
 
 
 # ---------------------------------------------------------------------------------------------
