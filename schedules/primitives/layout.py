@@ -149,22 +149,25 @@ def _injective_affine(vars_: list, exprs: list, shape: tuple) -> bool:
 
 def _check_injective(buf: Buffer, vars_: list, exprs: list, new_shape: tuple, what: str):
     """Refuse a map that sends two elements of ``buf`` to one place (the kernel would compute
-    with one of them overwritten), or one that cannot be proven not to."""
+    with one of them overwritten), or one that cannot be proven not to.  The proofs from the
+    map's form come first: they cost microseconds, and the packing sketches of every tiled
+    operator call this for every candidate; the point-by-point check is the fallback."""
     shape = buf.const_shape
-    exact = _injective_by_points(vars_, exprs, shape, new_shape)
-    if exact is not None:
-        check(exact, f"{what}: index_map is not injective over the shape {shape} of "
-                     f"{buf.name}: two elements would share one place of the new layout")
-        return
     if _injective_affine(vars_, exprs, shape):
         return
     try:
         _invert(vars_, exprs, shape, new_shape, what, buf.name)
+        return
     except ScheduleError:
+        pass
+    exact = _injective_by_points(vars_, exprs, shape, new_shape)
+    if exact is None:
         raise ScheduleError(
             f"{what}: cannot prove index_map injective over the shape {shape} of {buf.name} "
             f"(too large to check point by point, and neither affine of full rank nor built "
-            f"from x, x // c, x % c of single indices)") from None
+            f"from x, x // c, x % c of single indices)")
+    check(exact, f"{what}: index_map is not injective over the shape {shape} of "
+                 f"{buf.name}: two elements would share one place of the new layout")
 
 
 def _remap(node, old: Buffer, new: Buffer, vars_: list, exprs: list):
