@@ -19,6 +19,7 @@ from tensor_ir.target import Target
 from .build import Kernel
 from .build import build as build_scheduled
 from .executor import Executor
+from .gpu import GPUKernel, build_gpu
 from .graph.ir import Model
 from .history import ApplyHistoryBest, MissingRecordError, current
 from .model_build import build_model
@@ -27,11 +28,12 @@ __all__ = ["build"]
 
 
 def build(func: PrimFunc | Model, target: str | Target | None = "llvm",
-          name: str | None = None) -> Kernel | Executor:
+          name: str | None = None) -> Kernel | GPUKernel | Executor:
     """Compile ``func`` (a PrimFunc, or a Model from ``load_model``) for ``target``.  Under
     ``apply_history_best`` an unlowered function is replaced by its best record's program
     (the default schedule of a model's function without one); otherwise a function builds as
-    scheduled and a model with default schedules.  ``name``: a kernel's symbol."""
+    scheduled and a model with default schedules.  ``name``: a kernel's symbol.  An ``opencl``
+    target builds a PrimFunc through :func:`autotune.gpu.build_gpu`."""
     context = current()
     if not isinstance(func, (PrimFunc, Model)):
         raise BuildError(f"build takes a PrimFunc or a Model, got {type(func).__name__}")
@@ -42,6 +44,8 @@ def build(func: PrimFunc | Model, target: str | Target | None = "llvm",
         scheduled = context.lookup(func, resolved)
         if scheduled is not None:
             func = scheduled
+    if resolved.kind == "opencl":
+        return build_gpu(func, resolved, name)
     return build_scheduled(func, target, name)
 
 

@@ -33,7 +33,7 @@ from . import dtype as dt
 from .errors import TensorIRError
 from .llvm_support import llvm_names
 
-__all__ = ["KINDS", "HostInfo", "Target", "TargetError", "host_info"]
+__all__ = ["KINDS", "HostInfo", "Target", "TargetError", "host_info", "opencl_device_facts"]
 
 
 class TargetError(TensorIRError, ValueError):
@@ -44,7 +44,7 @@ class TargetError(TensorIRError, ValueError):
 # Tables
 # ---------------------------------------------------------------------------------------------
 
-KINDS = ("llvm", "cuda")
+KINDS = ("llvm", "cuda", "opencl")
 
 # Options each kind accepts, with a one-line meaning (used in error messages and docs).
 _OPTIONS: dict[str, dict[str, str]] = {
@@ -66,6 +66,12 @@ _OPTIONS: dict[str, dict[str, str]] = {
         "warp-size": "threads per warp",
         "registers-per-block": "32-bit registers per block",
         "host": "the CPU target launching kernels, quoted, e.g. -host='llvm -num-cores 4'",
+    },
+    "opencl": {
+        "platform": "substring of the OpenCL platform or device name picking the device",
+        "max-work-group-size": "largest work-group (threads per block)",
+        "local-memory-size": "local (shared) memory a work-group may use, bytes (suffix K "
+                             "allowed)",
     },
 }
 
@@ -108,6 +114,11 @@ _CUDA_ARCHS: dict[str, tuple[int, int]] = {
     "sm_90": (227, 2048), "sm_90a": (227, 2048), "sm_100": (227, 2048), "sm_120": (99, 1536),
 }
 _CUDA_DEFAULT_SHARED = 48 * 1024
+
+# OpenCL facts when no device can be asked (pyopencl missing, no platform): small values every
+# device the runtime targets meets, so a schedule checked against them launches anywhere.
+_OPENCL_DEFAULT_WORK_GROUP = 256
+_OPENCL_DEFAULT_LOCAL_MEMORY = 16 * 1024
 
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 
@@ -248,6 +259,37 @@ def host_info() -> HostInfo:
                          num_cores=_usable_cores(), model_name=model, l1d_cache=caches["l1d"],
                          l2_cache=caches["l2"], l3_cache=caches["l3"], cache_line=caches["line"])
         return _HOST
+
+
+_OPENCL_FACTS: dict[str | None, dict] = {}
+_OPENCL_LOCK = threading.Lock()
+
+
+def opencl_device_facts(platform: str | None = None) -> dict:
+    """Name, max work-group size and local memory size of the first OpenCL device whose
+    platform or device name contains ``platform`` (any device when None), read once per
+    process; empty when pyopencl is not importable or no device matches."""
+    with _OPENCL_LOCK:
+        if platform in _OPENCL_FACTS:
+            return _OPENCL_FACTS[platform]
+        facts: dict = {}
+        try:
+            import pyopencl as cl
+
+            for plat in cl.get_platforms():
+                for device in plat.get_devices():
+                    names = f"{plat.name} {device.name}".lower()
+                    if platform is None or platform.lower() in names:
+                        facts = {"name": device.name.strip(),
+                                 "max_work_group_size": int(device.max_work_group_size),
+                                 "local_mem_size": int(device.local_mem_size)}
+                        break
+                if facts:
+                    break
+        except Exception:  # noqa: BLE001 - no runtime, no ICD, a broken driver: use defaults
+            facts = {}
+        _OPENCL_FACTS[platform] = facts
+        return facts
 
 
 def _arch_of(triple: str) -> str:
@@ -453,8 +495,12 @@ class Target:
             if host is not None:
                 raise TargetError(f"target {spec!r}: a CPU target has no separate host")
             self._init_cpu(options, spec)
-        else:
+        elif kind == "cuda":
             self._init_cuda(options, spec, host)
+        else:
+            if host is not None:
+                raise TargetError(f"target {spec!r}: an opencl target has no separate host")
+            self._init_opencl(options, spec)
         self._canonical = self._make_canonical()
 
     # -- CPU -----------------------------------------------------------------------------------
@@ -557,6 +603,20 @@ class Target:
         # A GPU target's vector width is a thread's: one lane.
         self.vector_bits = 0
 
+    # -- OpenCL --------------------------------------------------------------------------------
+    def _init_opencl(self, options: dict[str, str], spec: str) -> None:
+        device = opencl_device_facts(options.get("platform"))
+        self.max_threads_per_block = (
+            _int_option(options, "max-work-group-size", spec)
+            or device.get("max_work_group_size") or _OPENCL_DEFAULT_WORK_GROUP)
+        self.max_shared_memory_per_block = (
+            _int_option(options, "local-memory-size", spec, size=True)
+            or device.get("local_mem_size") or _OPENCL_DEFAULT_LOCAL_MEMORY)
+        self.model_name = device.get("name")
+        self.is_host = False
+        # A work-item's vector width is one lane, as a CUDA thread's.
+        self.vector_bits = 0
+
     # -- canonical form --------------------------------------------------------------------------
     def _make_canonical(self) -> str:
         opts = dict(self.options)
@@ -570,6 +630,10 @@ class Target:
             if self._mattr:
                 parts.append("-mattr=" + ",".join(self._mattr))
             parts.append(f"-num-cores={self.num_cores}")
+        elif self.kind == "opencl":
+            # NOTE: facts read from the device are not written out: the key stays the same
+            # string the user wrote, and -platform names the device when that matters.
+            parts = ["opencl"]
         else:
             opts.pop("host", None)
             parts = ["cuda"]
@@ -594,7 +658,7 @@ class Target:
 
     @property
     def is_gpu(self) -> bool:
-        return self.kind == "cuda"
+        return self.kind in ("cuda", "opencl")
 
     def has_feature(self, name: str) -> bool:
         return name.lstrip("+") in self.features
@@ -618,6 +682,8 @@ class Target:
         """The hardware facts as a plain dict (for reports and notebooks)."""
         names = (("triple", "cpu", "model_name", "num_cores", "vector_bits", "l1d_cache",
                   "l2_cache", "l3_cache", "cache_line", "is_host") if self.kind == "llvm" else
+                 ("model_name", "max_threads_per_block", "max_shared_memory_per_block")
+                 if self.kind == "opencl" else
                  ("arch", "compute_capability", "max_threads_per_block",
                   "max_shared_memory_per_block", "max_shared_memory_per_block_optin",
                   "warp_size", "registers_per_block", "max_threads_per_multiprocessor"))
@@ -625,7 +691,7 @@ class Target:
         out.update({n: getattr(self, n) for n in names})
         if self.kind == "llvm":
             out["vector_lanes_float32"] = self.vector_lanes("float32")
-        else:
+        elif self.kind == "cuda":
             out["host"] = str(self.host)
         return out
 

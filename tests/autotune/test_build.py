@@ -183,7 +183,7 @@ def test_parse_target_options():
 
 @pytest.mark.parametrize("text, message", [
     ("cuda -arch=sm_90", "cuda target"),
-    ("opencl", "unknown target 'opencl'"),
+    ("vulkan", "unknown target 'vulkan'"),
     ("", "empty target string"),
     ("llvm -mfoo=1", "-mfoo"),
     ("llvm -mcpu", "option -mcpu needs a value"),

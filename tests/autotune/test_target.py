@@ -127,7 +127,7 @@ def test_facts_dict():
 
 
 @pytest.mark.parametrize("spec, words", [
-    ("opencl", ["unknown target", "'opencl'"]),
+    ("vulkan", ["unknown target", "'vulkan'"]),
     ("llvm -foo=1", ["unknown option -foo", "'llvm'"]),
     ("llvm -num-cores", ["-num-cores needs a value"]),
     ("llvm -num-cores=two", ["-num-cores=two", "positive integer"]),

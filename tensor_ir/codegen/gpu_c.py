@@ -1,0 +1,560 @@
+"""Lowered PrimFunc -> CUDA C or OpenCL C kernel source: one printer, two dialects.
+
+    source = gpu_source(lower(sch.func), dialect="opencl")
+    source.code                 # the kernel text
+    source.grid, source.block   # launch configuration, (x, y, z) each
+
+The function body becomes one kernel.  Loops bound to ``blockIdx.x/y/z`` and
+``threadIdx.x/y/z`` are not printed as loops: each becomes its launch index (``blockIdx.x`` /
+``get_group_id(0)``, ``threadIdx.x`` / ``get_local_id(0)``, plus the loop's min) and its extent
+goes into the launch configuration.  Every other loop (``vthread`` included) prints as ``for``.
+
+Barriers.  The rule is conservative and purely syntactic; it places ``__syncthreads()`` /
+``barrier(CLK_LOCAL_MEM_FENCE)``:
+
+1. in a statement sequence, before a statement that reads a shared buffer an earlier statement
+   of the sequence wrote (read after write), or writes a shared buffer an earlier statement read
+   or wrote (write after read / write), since the other threads may still be behind;
+2. at the end of a serial loop's body when the body both reads and writes one shared buffer,
+   because the next iteration overwrites what slower threads may still be reading.
+
+A barrier must be reached by every thread of the block, so one that would sit under control
+flow depending on a thread index (a predicate, a loop bound) is refused with a BuildError
+rather than printed (it would hang or be undefined).
+
+Semantics kept from the IR: integer ``//`` and ``%`` are floor division and modulo (printed as
+C's ``/`` and ``%`` where both operands are provably non-negative, otherwise through small
+helper functions that also give ``x // 0 == 0``); ``Select`` evaluates only the chosen branch
+(C's ``?:``); float ``min`` / ``max`` are ``fminf`` / ``fmaxf`` (NOTE: unlike numpy they return
+the other operand when one is NaN).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .. import dtype as dt
+from ..buffer import Buffer
+from ..errors import BuildError
+from ..expr import (
+    And, BinOp, BufferLoad, Call, Cast, Cmp, FloatImm, IntImm, Not, Or, PrimExpr, Select, Var,
+    binary, cast,
+)
+from ..func import PrimFunc
+from ..stmt import (
+    THREAD_BINDING, UNROLLED, Allocate, BufferStore, Evaluate, For, IfThenElse, LetStmt,
+    SeqStmt,
+)
+from ..visitor import free_vars, walk
+
+__all__ = ["DIALECTS", "GPUParam", "GPUSource", "gpu_source"]
+
+DIALECTS = ("cuda", "opencl")
+
+# Launch axes, in the order of the grid / block tuples.
+_BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+_THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+_OPENCL_INDEX = {**{a: f"get_group_id({i})" for i, a in enumerate(_BLOCK_AXES)},
+                 **{a: f"get_local_id({i})" for i, a in enumerate(_THREAD_AXES)}}
+
+_C_TYPES = {
+    "cuda": {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",
+             "int64": "long long", "uint8": "unsigned char", "float32": "float",
+             "float64": "double"},
+    "opencl": {"bool": "bool", "int8": "char", "int16": "short", "int32": "int",
+               "int64": "long", "uint8": "uchar", "float32": "float", "float64": "double"},
+}
+
+# Math intrinsics: the IR's name -> (CUDA float32 name, CUDA float64 name / OpenCL name).
+# OpenCL's built-ins are overloaded on the argument type, as CUDA's double versions are named.
+# round is half-to-even in the IR (numpy.round): C's rint.
+_MATH = {
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "erf": "erf",
+    "abs": "fabs", "floor": "floor", "ceil": "ceil", "round": "rint", "pow": "pow",
+    "exp2": "exp2", "log2": "log2", "sin": "sin", "cos": "cos",
+}
+
+# C operator precedence (higher binds tighter) for the operators printed infix.
+_PREC = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 4, "<=": 4, ">": 4, ">=": 4,
+         "+": 5, "-": 5, "*": 6, "/": 6, "%": 6}
+_C_KEYWORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef
+    union unsigned void volatile while bool half global local kernel private constant min max
+    threadIdx blockIdx blockDim gridDim main""".split()) | {
+    # Library functions the kernel may call or that C declares (a kernel named "div" clashes).
+    *("div", "ldiv", "abs", "labs", "fmin", "fmax", "fminf", "fmaxf", "floorf", "expf"),
+    *_MATH.values(), *(name + "f" for name in _MATH.values())}
+
+
+@dataclass(frozen=True)
+class GPUParam:
+    """One kernel parameter: a global buffer passed by pointer."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    written: bool
+
+
+@dataclass(frozen=True)
+class GPUSource:
+    """Kernel source text and how to launch it: ``grid`` blocks of ``block`` threads."""
+
+    name: str
+    dialect: str
+    code: str
+    params: tuple
+    grid: tuple
+    block: tuple
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+def gpu_source(func: PrimFunc, dialect: str = "cuda", name: str | None = None,
+               max_threads_per_block: int = 1024,
+               max_shared_memory_per_block: int | None = None) -> GPUSource:
+    """Print the lowered ``func`` as one ``dialect`` kernel (see the module docstring).
+
+    Raises BuildError, naming the loop or buffer, for what a kernel cannot be: a thread-bound
+    loop with a non-constant extent, two bindings of one axis with different extents, more
+    threads per block than ``max_threads_per_block``, more shared memory than
+    ``max_shared_memory_per_block``, a global buffer allocated inside the kernel outside every
+    thread loop, a barrier needed under thread-dependent control flow, an unsupported dtype.
+    """
+    if dialect not in DIALECTS:
+        raise BuildError(f"gpu codegen: unknown dialect {dialect!r}; expected one of "
+                         f"{', '.join(DIALECTS)}")
+    if not func.attr("lowered"):
+        raise BuildError(f"gpu codegen: function {func.name} is not lowered; call "
+                         "tensor_ir.lower.lower first")
+    printer = _Printer(dialect, max_threads_per_block, max_shared_memory_per_block)
+    return printer.print_func(func, name or func.name)
+
+
+def _const_shape(buf: Buffer) -> tuple[int, ...]:
+    shape = []
+    for s in buf.shape:
+        if not isinstance(s, IntImm):
+            raise BuildError(f"gpu codegen: buffer {buf.name} has a non-constant shape")
+        shape.append(s.value)
+    return tuple(shape)
+
+
+def _buffers(node, cls) -> set:
+    found: set = set()
+    walk(node, lambda n: found.add(n.buffer) if isinstance(n, cls) else None)
+    return found
+
+
+class _Printer:
+    def __init__(self, dialect: str, max_threads: int, max_shared: int | None):
+        self.dialect = dialect
+        self.max_threads = max_threads
+        self.max_shared = max_shared
+        self.names: dict[object, str] = {}  # Var / Buffer -> unique C name
+        self.used_names: set[str] = set()
+        self.launch: dict[str, tuple[int, str]] = {}  # axis -> (extent, loop name)
+        self.thread_vars: set = set()  # vars holding a launch index
+        self.nonneg: set = set()  # vars known to be >= 0
+        self.shared: list[Buffer] = []
+        self.helpers: set[str] = set()
+        self.lines: list[str] = []
+        self.depth = 1
+        self.in_threads = 0  # threadIdx loops around the statement being printed
+
+    # -- names and types --------------------------------------------------------------------------
+    def name_of(self, key, hint: str) -> str:
+        if key in self.names:
+            return self.names[key]
+        base = re.sub(r"\W", "_", hint) or "v"
+        if base[0].isdigit():
+            base = "v_" + base
+        if base in _C_KEYWORDS or base.startswith("__"):
+            base = base.strip("_") + "_v"
+        name, i = base, 1
+        while name in self.used_names:
+            name, i = f"{base}_{i}", i + 1
+        self.used_names.add(name)
+        self.names[key] = name
+        return name
+
+    def ctype(self, dtype: str, what: str) -> str:
+        try:
+            return _C_TYPES[self.dialect][dtype]
+        except KeyError:
+            raise BuildError(f"gpu codegen: dtype {dtype} of {what} is not supported in "
+                             f"{self.dialect} (float32, float64 and integer types are)") from None
+
+    def emit(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def barrier(self) -> str:
+        return "__syncthreads();" if self.dialect == "cuda" else "barrier(CLK_LOCAL_MEM_FENCE);"
+
+    # -- function ---------------------------------------------------------------------------------
+    def print_func(self, func: PrimFunc, name: str) -> GPUSource:
+        # NOTE: C reserves "main" (nvcc requires it to return int), the usual PrimFunc name.
+        entry = self.name_of("__entry__", "main_kernel" if name == "main" else name)
+        written = _buffers(func.body, BufferStore)
+        params, args = [], []
+        for buf in func.params:
+            shape = _const_shape(buf)
+            ctype = self.ctype(buf.dtype, f"parameter {buf.name}")
+            if self.dialect == "opencl" and buf.dtype == "bool":
+                # OpenCL C forbids bool in a kernel argument's pointee type.
+                raise BuildError(f"gpu codegen: parameter {buf.name} is bool, which an OpenCL "
+                                 "kernel cannot take; cast it to uint8")
+            pname = self.name_of(buf, buf.name)
+            params.append(GPUParam(buf.name, shape, buf.dtype, buf in written))
+            if self.dialect == "cuda":
+                args.append(f"{ctype}* __restrict__ {pname}")
+            else:
+                args.append(f"__global {ctype}* restrict {pname}")
+        self.stmt(func.body, divergent=False)
+        body = self.lines
+        self.lines = []
+        self._check_shared()
+        for buf in self.shared:
+            qualifier = "__shared__" if self.dialect == "cuda" else "__local"
+            size = math.prod(_const_shape(buf))
+            self.emit(f"{qualifier} {self.ctype(buf.dtype, buf.name)} {self.names[buf]}[{size}];")
+        decls = self.lines
+        head = (f'extern "C" __global__ void {entry}(' if self.dialect == "cuda"
+                else f"__kernel void {entry}(")
+        grid = tuple(self.launch.get(a, (1, ""))[0] for a in _BLOCK_AXES)
+        block = tuple(self.launch.get(a, (1, ""))[0] for a in _THREAD_AXES)
+        threads = block[0] * block[1] * block[2]
+        if threads > self.max_threads:
+            loops = ", ".join(f"{self.launch[a][1]} ({a}, {self.launch[a][0]})"
+                              for a in _THREAD_AXES if a in self.launch)
+            raise BuildError(f"gpu codegen: kernel {name} has {threads} threads per block, "
+                             f"above the target's {self.max_threads}; loops {loops}")
+        text = []
+        if self.dialect == "opencl" and any(p.dtype == "float64" for p in params):
+            text.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+        text.extend(self._helper_text())
+        text.append(head + ", ".join(args) + ") {")
+        text.extend(decls + body)
+        text.append("}")
+        return GPUSource(entry, self.dialect, "\n".join(text) + "\n", tuple(params), grid, block)
+
+    def _check_shared(self) -> None:
+        if self.max_shared is None:
+            return
+        total = sum(buf.nbytes for buf in self.shared)
+        if total > self.max_shared:
+            names = ", ".join(f"{b.name} ({b.nbytes} bytes)" for b in self.shared)
+            raise BuildError(f"gpu codegen: shared memory {total} bytes is above the target's "
+                             f"{self.max_shared}: {names}")
+
+    def _helper_text(self) -> list[str]:
+        qual = "__device__ __forceinline__" if self.dialect == "cuda" else "inline"
+        out = []
+        for ctype in sorted(self.helpers):
+            suffix = ctype.replace(" ", "_")
+            # Floor division and modulo as numpy computes them, x // 0 == x % 0 == 0 included.
+            out.append(f"{qual} {ctype} floordiv_{suffix}({ctype} a, {ctype} b) {{\n"
+                       f"  if (b == 0) return 0;\n"
+                       f"  {ctype} q = a / b;\n"
+                       f"  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}")
+            out.append(f"{qual} {ctype} floormod_{suffix}({ctype} a, {ctype} b) {{\n"
+                       f"  if (b == 0) return 0;\n"
+                       f"  {ctype} r = a % b;\n"
+                       f"  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}")
+        return out
+
+    # -- statements -------------------------------------------------------------------------------
+    def stmt(self, s, divergent: bool) -> None:
+        if isinstance(s, SeqStmt):
+            self.seq(s, divergent)
+        elif isinstance(s, For):
+            self.loop(s, divergent)
+        elif isinstance(s, IfThenElse):
+            cond = self.expr(s.condition)
+            inner = divergent or self.depends_on_thread(s.condition)
+            self.emit(f"if ({_strip(cond)}) {{")
+            self.block(s.then_case, inner)
+            if s.else_case is not None:
+                self.emit("} else {")
+                self.block(s.else_case, inner)
+            self.emit("}")
+        elif isinstance(s, BufferStore):
+            self.emit(f"{self.access(s.buffer, s.indices)} = {_strip(self.expr(s.value))};")
+        elif isinstance(s, LetStmt):
+            name = self.name_of(s.var, s.var.name)
+            if self.is_nonneg(s.value):
+                self.nonneg.add(s.var)
+            if self.depends_on_thread(s.value):
+                self.thread_vars.add(s.var)
+            self.emit(f"const {self.ctype(s.var.dtype, name)} {name} = "
+                      f"{_strip(self.expr(s.value))};")
+            self.stmt(s.body, divergent)
+        elif isinstance(s, Allocate):
+            self.allocate(s, divergent)
+        elif isinstance(s, Evaluate):
+            self.emit(f"{_strip(self.expr(s.value))};")
+        else:
+            raise BuildError(f"gpu codegen: statement {type(s).__name__} is not lowered")
+
+    def block(self, s, divergent: bool) -> None:
+        self.depth += 1
+        self.stmt(s, divergent)
+        self.depth -= 1
+
+    def seq(self, s: SeqStmt, divergent: bool) -> None:
+        # Rule 1 of the module docstring: shared buffers written / read since the last barrier.
+        written: set = set()
+        read: set = set()
+        for child in s.stmts:
+            reads = {b for b in _buffers(child, BufferLoad) if b.scope == "shared"}
+            writes = {b for b in _buffers(child, BufferStore) if b.scope == "shared"}
+            conflict = (reads & written) | (writes & (read | written))
+            if conflict:
+                self.sync(conflict, divergent)
+                written, read = set(), set()
+            written |= writes
+            read |= reads
+            self.stmt(child, divergent)
+
+    def sync(self, buffers: set, divergent: bool) -> None:
+        if divergent:
+            names = ", ".join(sorted(b.name for b in buffers))
+            raise BuildError(f"gpu codegen: shared buffer(s) {names} need a barrier under "
+                             "control flow that depends on the thread index; not every "
+                             "thread would reach it")
+        self.emit(self.barrier())
+
+    def loop(self, s: For, divergent: bool) -> None:
+        axis = s.thread_binding if s.kind == THREAD_BINDING else None
+        if axis in _BLOCK_AXES or axis in _THREAD_AXES:
+            self.bound_loop(s, axis, divergent)
+            return
+        name = self.name_of(s.loop_var, s.loop_var.name)
+        ctype = self.ctype(s.loop_var.dtype, f"loop {s.loop_var.name}")
+        begin = _strip(self.expr(s.min))
+        end = _strip(self.expr(binary("+", s.min, s.extent)))
+        if self.is_nonneg(s.min):
+            self.nonneg.add(s.loop_var)
+        bounds_vary = self.depends_on_thread(s.min) or self.depends_on_thread(s.extent)
+        if bounds_vary:
+            self.thread_vars.add(s.loop_var)
+        if s.kind == UNROLLED:
+            self.emit("#pragma unroll")
+        self.emit(f"for ({ctype} {name} = {begin}; {name} < {end}; ++{name}) {{")
+        inner = divergent or bounds_vary
+        self.block(s.body, inner)
+        # Rule 2: a later iteration overwrites shared memory this one reads.
+        reads = {b for b in _buffers(s.body, BufferLoad) if b.scope == "shared"}
+        writes = {b for b in _buffers(s.body, BufferStore) if b.scope == "shared"}
+        if reads & writes:
+            self.depth += 1
+            self.sync(reads & writes, inner)
+            self.depth -= 1
+        self.emit("}")
+
+    def bound_loop(self, s: For, axis: str, divergent: bool) -> None:
+        loop = s.loop_var.name
+        if not isinstance(s.extent, IntImm):
+            raise BuildError(f"gpu codegen: loop {loop} bound to {axis} has a non-constant "
+                             f"extent {s.extent}; a launch dimension must be a constant")
+        extent = s.extent.value
+        if axis in self.launch and self.launch[axis][0] != extent:
+            other_extent, other = self.launch[axis]
+            raise BuildError(f"gpu codegen: loop {loop} is bound to {axis} with extent {extent} "
+                             f"but loop {other} is bound to it with extent {other_extent} in the "
+                             "same kernel")
+        self.launch.setdefault(axis, (extent, loop))
+        index = axis if self.dialect == "cuda" else _OPENCL_INDEX[axis]
+        name = self.name_of(s.loop_var, loop)
+        ctype = self.ctype(s.loop_var.dtype, f"loop {loop}")
+        value = f"({ctype}){index}"
+        if not (isinstance(s.min, IntImm) and s.min.value == 0):
+            value = f"{_strip(self.expr(s.min))} + {value}"
+        if self.is_nonneg(s.min):
+            self.nonneg.add(s.loop_var)
+        self.thread_vars.add(s.loop_var)
+        self.emit(f"const {ctype} {name} = {value};")
+        inside = axis in _THREAD_AXES
+        self.in_threads += inside
+        self.stmt(s.body, divergent)
+        self.in_threads -= inside
+
+    def allocate(self, s: Allocate, divergent: bool) -> None:
+        buf = s.buffer
+        size = math.prod(_const_shape(buf))
+        name = self.name_of(buf, buf.name)
+        if buf.scope == "shared":
+            # Hoisted to the top of the kernel: OpenCL only allows __local arrays there.
+            self.ctype(buf.dtype, f"buffer {buf.name}")
+            self.shared.append(buf)
+            self.stmt(s.body, divergent)
+            return
+        if buf.scope == "global" and not self.in_threads:
+            raise BuildError(f"gpu codegen: buffer {buf.name} (scope global) is allocated "
+                             "inside the kernel outside every thread loop; a kernel cannot "
+                             "allocate global memory (inline the stage or give the buffer "
+                             "scope 'local' or 'shared')")
+        # "local", or a global buffer private to one thread: a per-thread array.
+        self.emit(f"{self.ctype(buf.dtype, f'buffer {buf.name}')} {name}[{size}];")
+        self.stmt(s.body, divergent)
+
+    # -- expressions ------------------------------------------------------------------------------
+    def depends_on_thread(self, e) -> bool:
+        return bool(free_vars(e) & self.thread_vars)
+
+    def is_nonneg(self, e) -> bool:
+        """A cheap proof that the integer ``e`` is >= 0 (loop variables with a non-negative
+        start, non-negative constants, and + * // % min max of such)."""
+        if isinstance(e, IntImm):
+            return e.value >= 0
+        if isinstance(e, Var):
+            return e in self.nonneg
+        if isinstance(e, BinOp) and e.op in ("+", "*", "//", "%", "min", "max"):
+            return self.is_nonneg(e.a) and self.is_nonneg(e.b)
+        if isinstance(e, Cast) and dt.is_int(e.dtype) and dt.is_int(e.value.dtype):
+            return dt.bits(e.dtype) >= dt.bits(e.value.dtype) and self.is_nonneg(e.value)
+        return False
+
+    def access(self, buf: Buffer, indices: tuple) -> str:
+        if len(indices) != len(buf.shape):
+            raise BuildError(f"gpu codegen: buffer {buf.name} of rank {len(buf.shape)} "
+                             f"accessed with {len(indices)} indices")
+        flat = IntImm(0)
+        for idx, ext in zip(indices, buf.shape):
+            flat = binary("+", binary("*", flat, cast("int64", ext)), cast("int64", idx))
+        return f"{self.name_of(buf, buf.name)}[{_strip(self.expr(flat))}]"
+
+    def expr(self, e: PrimExpr) -> tuple[str, int]:
+        """C text of ``e`` and the precedence of its outermost operator (99: atomic)."""
+        if isinstance(e, Var):
+            if e not in self.names:
+                raise BuildError(f"gpu codegen: variable {e.name} is used but not defined")
+            return self.names[e], 99
+        if isinstance(e, IntImm):
+            return self.int_literal(e), 99
+        if isinstance(e, FloatImm):
+            return self.float_literal(e), 99
+        if isinstance(e, BinOp):
+            return self.binop(e)
+        if isinstance(e, Cmp):
+            return self.infix(e.op, e.a, e.b)
+        if isinstance(e, And):
+            return self.infix("&&", e.a, e.b)
+        if isinstance(e, Or):
+            return self.infix("||", e.a, e.b)
+        if isinstance(e, Not):
+            return f"!{_paren(self.expr(e.a), 98)}", 98
+        if isinstance(e, Select):
+            cond = _paren(self.expr(e.condition), 1)
+            a = _paren(self.expr(e.true_value), 1)
+            b = _paren(self.expr(e.false_value), 1)
+            return f"{cond} ? {a} : {b}", 0
+        if isinstance(e, Cast):
+            return self.cast(e)
+        if isinstance(e, Call):
+            return self.call(e)
+        if isinstance(e, BufferLoad):
+            return self.access(e.buffer, e.indices), 99
+        raise BuildError(f"gpu codegen: expression {type(e).__name__} is not supported")
+
+    def int_literal(self, e: IntImm) -> str:
+        if e.dtype == "bool":
+            return "true" if e.value else "false"
+        if e.dtype == "int64" and not -2 ** 31 <= e.value < 2 ** 31:
+            return f"{e.value}LL" if self.dialect == "cuda" else f"{e.value}L"
+        text = str(e.value)
+        if e.dtype in ("int64", "int32"):
+            return text if e.value >= 0 else f"({text})"
+        return f"(({self.ctype(e.dtype, 'constant')}){e.value})"
+
+    def float_literal(self, e: FloatImm) -> str:
+        value = e.value
+        suffix = "f" if e.dtype == "float32" else ""
+        self.ctype(e.dtype, "constant")
+        if math.isnan(value) or math.isinf(value):
+            if self.dialect == "opencl":
+                text = "NAN" if math.isnan(value) else "INFINITY"
+            elif e.dtype == "float32":
+                text = "__int_as_float(0x7fc00000)" if math.isnan(value) else \
+                    "__int_as_float(0x7f800000)"
+            else:
+                text = "__longlong_as_double(0x7ff8000000000000LL)" if math.isnan(value) else \
+                    "__longlong_as_double(0x7ff0000000000000LL)"
+            if e.dtype == "float64" and self.dialect == "opencl":
+                text = f"((double){text})"
+            return f"(-{text})" if value < 0 else text
+        text = repr(float(value))
+        if "e" not in text and "." not in text:
+            text += ".0"
+        return f"({text}{suffix})" if value < 0 else f"{text}{suffix}"
+
+    def infix(self, op: str, a: PrimExpr, b: PrimExpr) -> tuple[str, int]:
+        prec = _PREC[op]
+        # Left-associative: the right operand needs parentheses at equal precedence.
+        return f"{_paren(self.expr(a), prec)} {op} {_paren(self.expr(b), prec + 1)}", prec
+
+    def binop(self, e: BinOp) -> tuple[str, int]:
+        op, dtype = e.op, e.dtype
+        if op in ("+", "-", "*"):
+            return self.infix(op, e.a, e.b)
+        if op == "/":
+            if not dt.is_float(dtype):
+                raise BuildError(f"gpu codegen: '/' on {dtype}; integer division is '//'")
+            return self.infix("/", e.a, e.b)
+        if op in ("min", "max"):
+            if dt.is_float(dtype):
+                name = f"f{op}" + ("f" if self.dialect == "cuda" and dtype == "float32" else "")
+            else:
+                name = op
+            return f"{name}({_strip(self.expr(e.a))}, {_strip(self.expr(e.b))})", 99
+        if op in ("//", "%"):
+            if dt.is_float(dtype):
+                floor = "floorf" if self.dialect == "cuda" and dtype == "float32" else "floor"
+                a, b = _strip(self.expr(e.a)), _strip(self.expr(e.b))
+                if op == "//":
+                    return f"{floor}({a} / {b})", 99
+                return f"{_paren(self.expr(e.a), 5)} - {floor}({a} / {b}) * " \
+                       f"{_paren(self.expr(e.b), 7)}", 5
+            positive = isinstance(e.b, IntImm) and e.b.value > 0
+            if positive and self.is_nonneg(e.a):
+                return self.infix("/" if op == "//" else "%", e.a, e.b)
+            ctype = self.ctype(dtype, "division")
+            self.helpers.add(ctype)
+            helper = ("floordiv_" if op == "//" else "floormod_") + ctype.replace(" ", "_")
+            return f"{helper}({_strip(self.expr(e.a))}, {_strip(self.expr(e.b))})", 99
+        raise BuildError(f"gpu codegen: operator {op!r} is not supported")
+
+    def cast(self, e: Cast) -> tuple[str, int]:
+        src, dst = e.value.dtype, e.dtype
+        if src == dst:
+            return self.expr(e.value)
+        if dst == "bool":
+            return f"{_paren(self.expr(e.value), 4)} != 0", 3
+        return f"({self.ctype(dst, 'cast')}){_paren(self.expr(e.value), 98)}", 98
+
+    def call(self, e: Call) -> tuple[str, int]:
+        if e.dtype not in ("float32", "float64"):
+            raise BuildError(f"gpu codegen: intrinsic {e.name} on {e.dtype} is not supported")
+        args = [_strip(self.expr(a)) for a in e.args]
+        single = self.dialect == "cuda" and e.dtype == "float32"
+        if e.name == "sigmoid":
+            one = "1.0f" if e.dtype == "float32" else "1.0"
+            exp = "expf" if single else "exp"
+            return f"{one} / ({one} + {exp}(-{_paren(self.expr(e.args[0]), 98)}))", 6
+        if e.name not in _MATH:
+            raise BuildError(f"gpu codegen: unknown intrinsic {e.name!r}")
+        name = _MATH[e.name] + ("f" if single else "")
+        return f"{name}({', '.join(args)})", 99
+
+
+def _paren(text_prec: tuple[str, int], need: int) -> str:
+    text, prec = text_prec
+    return f"({text})" if prec < need else text
+
+
+def _strip(text_prec: tuple[str, int]) -> str:
+    return text_prec[0]
