@@ -38,12 +38,32 @@ from .. import dtype as dt
 from ..buffer import Buffer
 from ..errors import BuildError
 from ..expr import (
-    And, BinOp, BufferLoad, Call, Cast, Cmp, FloatImm, IntImm, Not, Or, PrimExpr, Select, Var,
-    binary, cast,
+    And,
+    BinOp,
+    BufferLoad,
+    Call,
+    Cast,
+    Cmp,
+    FloatImm,
+    IntImm,
+    Not,
+    Or,
+    PrimExpr,
+    Select,
+    Var,
+    binary,
+    cast,
 )
 from ..func import PrimFunc
 from ..stmt import (
-    THREAD_BINDING, UNROLLED, Allocate, BufferStore, Evaluate, For, IfThenElse, LetStmt,
+    THREAD_BINDING,
+    UNROLLED,
+    Allocate,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    LetStmt,
     SeqStmt,
 )
 from ..visitor import free_vars, walk

@@ -8,11 +8,11 @@ import subprocess
 import numpy as np
 import pytest
 
+from tensor_ir.buffer import decl_buffer
 from tensor_ir.codegen.gpu_c import GPUSource, gpu_source
 from tensor_ir.errors import BuildError
 from tensor_ir.expr import FloatImm, IntImm, Var
 from tensor_ir.func import PrimFunc
-from tensor_ir.buffer import decl_buffer
 from tensor_ir.lower import lower
 from tensor_ir.stmt import THREAD_BINDING, BufferStore, For
 
