@@ -25,8 +25,9 @@ rather than printed (it would hang or be undefined).
 Semantics kept from the IR: integer ``//`` and ``%`` are floor division and modulo (printed as
 C's ``/`` and ``%`` where both operands are provably non-negative, otherwise through small
 helper functions that also give ``x // 0 == 0``); ``Select`` evaluates only the chosen branch
-(C's ``?:``); float ``min`` / ``max`` are ``fminf`` / ``fmaxf`` (NOTE: unlike numpy they return
-the other operand when one is NaN).
+(C's ``?:``); float ``min`` / ``max`` propagate NaN as numpy's and the CPU code's do (through
+small helpers: C's ``fmin``/``fmax`` return the other operand when one is NaN, so a ReLU
+would turn NaN into 0).
 """
 from __future__ import annotations
 
@@ -182,6 +183,7 @@ class _Printer:
         self.nonneg: set = set()  # vars known to be >= 0
         self.shared: list[Buffer] = []
         self.helpers: set[str] = set()
+        self.float_helpers: set[str] = set()
         self.lines: list[str] = []
         self.depth = 1
         self.in_threads = 0  # threadIdx loops around the statement being printed
@@ -285,6 +287,12 @@ class _Printer:
                        f"  if (b == 0) return 0;\n"
                        f"  {ctype} r = a % b;\n"
                        f"  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}")
+        for ctype in sorted(self.float_helpers):
+            fn = "f{}" + ("f" if self.dialect == "cuda" and ctype == "float" else "")
+            for op in ("min", "max"):
+                # a + b is NaN when either is: numpy's and the CPU code's answer.
+                out.append(f"{qual} {ctype} nan_{op}_{ctype}({ctype} a, {ctype} b) {{\n"
+                           f"  return (a != a || b != b) ? a + b : {fn.format(op)}(a, b);\n}}")
         return out
 
     # -- statements -------------------------------------------------------------------------------
@@ -527,7 +535,9 @@ class _Printer:
             return self.infix("/", e.a, e.b)
         if op in ("min", "max"):
             if dt.is_float(dtype):
-                name = f"f{op}" + ("f" if self.dialect == "cuda" and dtype == "float32" else "")
+                ctype = self.ctype(dtype, op)
+                self.float_helpers.add(ctype)
+                name = f"nan_{op}_{ctype}"
             else:
                 name = op
             return f"{name}({_strip(self.expr(e.a))}, {_strip(self.expr(e.b))})", 99

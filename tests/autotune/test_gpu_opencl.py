@@ -58,3 +58,19 @@ def test_opencl_target_facts():
     assert Target(str(target)) == target
     with pytest.raises(TargetError, match="unknown option -arch"):
         Target("opencl -arch=sm_80")
+
+
+def test_min_and_max_propagate_nan_like_numpy():
+    from schedules.schedule import Schedule
+    from tensor_ir import te
+    from tests.tensor_ir.gpu_workloads import _bind_flat
+
+    x = te.placeholder((4, 6), name="X")
+    y = te.compute((4, 6), lambda i, j: te.max(x[i, j], 0.0) + te.min(x[i, j], 1.0), name="Y")
+    sch = Schedule(te.create_prim_func([x, y], name="clipped"))
+    _bind_flat(sch, "Y", 8)
+    data = np.random.default_rng(5).standard_normal((4, 6)).astype("float32")
+    data[0, :3] = [np.nan, np.inf, -np.inf]
+    out = np.zeros_like(data)
+    autotune.build(sch.func, target="opencl")(data, out)
+    np.testing.assert_array_equal(out, np.maximum(data, 0) + np.minimum(data, 1))
