@@ -132,6 +132,36 @@ class GPUKernel:
         self._queue.finish()
 
 
+    def time(self, *arrays, repeat: int = 5, min_repeat_ms: float = 20.0) -> list[float]:
+        """Seconds per call of the kernel alone, one entry per repeat: the arrays are copied
+        to the device once; a repeat launches the kernel ``number`` times between two waits
+        for the queue, ``number`` grown until a repeat lasts ``min_repeat_ms``."""
+        import time
+
+        import pyopencl as cl
+
+        self._check(arrays)
+        flags = cl.mem_flags
+        buffers = [cl.Buffer(self._context, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=a)
+                   for a in arrays]
+
+        def run(number: int) -> float:
+            self._queue.finish()
+            start = time.perf_counter()
+            for _ in range(number):
+                self._kernel(self._queue, self._global_size, self.source.block, *buffers)
+            self._queue.finish()
+            return time.perf_counter() - start
+
+        run(1)  # warm-up: the first launch pays for setting the kernel up
+        number = 1
+        while (elapsed := run(number)) < min_repeat_ms / 1000 and number < 1 << 20:
+            number *= 2
+        times = [elapsed / number]
+        times += [run(number) / number for _ in range(repeat - 1)]
+        return times
+
+
 def build_gpu(func: PrimFunc, target: str | Target = "opencl",
               name: str | None = None) -> GPUKernel:
     """Lower ``func`` (if needed), print it as OpenCL C and compile it for ``target``'s

@@ -88,3 +88,21 @@ def test_hand_written_depthwise_schedules_are_correct():
         autotune.build(schedule_depthwise(func, rows, lanes, pad_at).func)(data, weight, out)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4,
                                    err_msg=f"{rows}x{lanes}, padding per {pad_at}")
+
+
+def test_gpu_kernels_prints_json_with_checked_schedules():
+    pytest.importorskip("pyopencl")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_kernels"],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    if "error" in doc:
+        pytest.skip(doc["error"])
+    assert set(doc["schedules"]) == {"add_1M", "row_sum_4096x1024", "matmul_256_tile8"}
+    for entry in doc["schedules"].values():
+        assert entry["correct"] and entry["kernel_ms"] > 0 and entry["reference_ms"] > 0

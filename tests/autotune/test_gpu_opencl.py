@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import autotune
+from benchmarks.gpu_schedules import WORKLOADS, elementwise_add
 from tensor_ir.errors import BuildError
 from tensor_ir.target import Target, TargetError
-from tests.tensor_ir.gpu_workloads import WORKLOADS, elementwise_add
 
 pytest.importorskip("pyopencl")
 
@@ -61,14 +61,14 @@ def test_opencl_target_facts():
 
 
 def test_min_and_max_propagate_nan_like_numpy():
+    from benchmarks.gpu_schedules import bind_flat
     from schedules.schedule import Schedule
     from tensor_ir import te
-    from tests.tensor_ir.gpu_workloads import _bind_flat
 
     x = te.placeholder((4, 6), name="X")
     y = te.compute((4, 6), lambda i, j: te.max(x[i, j], 0.0) + te.min(x[i, j], 1.0), name="Y")
     sch = Schedule(te.create_prim_func([x, y], name="clipped"))
-    _bind_flat(sch, "Y", 8)
+    bind_flat(sch, "Y", 8)
     data = np.random.default_rng(5).standard_normal((4, 6)).astype("float32")
     data[0, :3] = [np.nan, np.inf, -np.inf]
     out = np.zeros_like(data)

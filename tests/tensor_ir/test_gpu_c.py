@@ -16,7 +16,7 @@ from tensor_ir.func import PrimFunc
 from tensor_ir.lower import lower
 from tensor_ir.stmt import THREAD_BINDING, BufferStore, For
 
-from .gpu_workloads import WORKLOADS, elementwise_add, tiled_matmul
+from benchmarks.gpu_schedules import WORKLOADS, elementwise_add, tiled_matmul
 
 
 def _source(name: str, dialect: str) -> GPUSource:

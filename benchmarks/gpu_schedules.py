@@ -1,5 +1,7 @@
-"""Small GPU-scheduled workloads shared by the CUDA C / OpenCL C tests, each with its numpy
-reference: (scheduled PrimFunc, input arrays, reference outputs)."""
+"""Hand-written GPU schedules, each with its numpy reference: (scheduled PrimFunc, input
+arrays, reference outputs).  The tests run them at their small default sizes (odd ones, so
+that predicates are exercised); ``python -m benchmarks.gpu_kernels`` times them at larger
+ones."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +11,7 @@ from tensor_ir import te
 from tensor_ir.expr import cast, maximum
 
 
-def _bind_flat(sch: Schedule, block_name: str, threads: int) -> None:
+def bind_flat(sch: Schedule, block_name: str, threads: int) -> None:
     """Fuse every loop of the block, split by ``threads`` and bind to blockIdx.x/threadIdx.x."""
     loops = sch.get_loops(sch.get_block(block_name))
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
@@ -18,15 +20,15 @@ def _bind_flat(sch: Schedule, block_name: str, threads: int) -> None:
     sch.bind(inner, "threadIdx.x")
 
 
-def elementwise_add(rng: np.random.Generator):
+def elementwise_add(rng: np.random.Generator, shape=(7, 5), threads: int = 8):
     """7x5 = 35 elements in blocks of 8 threads: the last block is guarded by a predicate."""
-    a = te.placeholder((7, 5), name="A")
-    b = te.placeholder((7, 5), name="B")
-    c = te.compute((7, 5), lambda i, j: a[i, j] + b[i, j], name="C")
+    a = te.placeholder(shape, name="A")
+    b = te.placeholder(shape, name="B")
+    c = te.compute(shape, lambda i, j: a[i, j] + b[i, j], name="C")
     sch = Schedule(te.create_prim_func([a, b, c], name="add"))
-    _bind_flat(sch, "C", 8)
-    x, y = rng.standard_normal((2, 7, 5)).astype("float32")
-    return sch.func, [x, y, np.zeros((7, 5), "float32")], {2: x + y}
+    bind_flat(sch, "C", threads)
+    x, y = rng.standard_normal((2, *shape)).astype("float32")
+    return sch.func, [x, y, np.zeros(shape, "float32")], {2: x + y}
 
 
 def fused_chain(rng: np.random.Generator):
@@ -42,7 +44,7 @@ def fused_chain(rng: np.random.Generator):
     sch = Schedule(te.create_prim_func([a, b, v], name="chain"))
     sch.compute_inline(sch.get_block("T"))
     sch.compute_inline(sch.get_block("U"))
-    _bind_flat(sch, "V", 4)
+    bind_flat(sch, "V", 4)
     x = rng.standard_normal((3, 11)).astype("float32")
     y = rng.uniform(0.1, 2.0, (3, 11)).astype("float32")
     tt = np.tanh(x) * np.float32(2.0) + np.sqrt(y)
@@ -52,18 +54,18 @@ def fused_chain(rng: np.random.Generator):
     return sch.func, [x, y, np.zeros((3, 11), "float32")], {2: vv.astype("float32")}
 
 
-def row_sum(rng: np.random.Generator):
+def row_sum(rng: np.random.Generator, rows: int = 10, cols: int = 6, threads: int = 4):
     """B[i] = sum_k A[i, k], one thread per row: 10 rows in blocks of 4 threads."""
-    a = te.placeholder((10, 6), name="A")
-    k = te.reduce_axis((0, 6), name="k")
-    b = te.compute((10,), lambda i: te.sum(a[i, k], axis=k), name="B")
+    a = te.placeholder((rows, cols), name="A")
+    k = te.reduce_axis((0, cols), name="k")
+    b = te.compute((rows,), lambda i: te.sum(a[i, k], axis=k), name="B")
     sch = Schedule(te.create_prim_func([a, b], name="row_sum"))
     i, _ = sch.get_loops(sch.get_block("B"))
-    outer, inner = sch.split(i, [None, 4])
+    outer, inner = sch.split(i, [None, threads])
     sch.bind(outer, "blockIdx.x")
     sch.bind(inner, "threadIdx.x")
-    x = rng.standard_normal((10, 6)).astype("float32")
-    return sch.func, [x, np.zeros(10, "float32")], {1: x.sum(axis=1)}
+    x = rng.standard_normal((rows, cols)).astype("float32")
+    return sch.func, [x, np.zeros(rows, "float32")], {1: x.sum(axis=1)}
 
 
 def tiled_matmul(rng: np.random.Generator, n: int = 8, tile: int = 4):
