@@ -215,14 +215,7 @@ class Database:
             raise DatabaseError(f"cannot open database {self.path} read-only: {last}")
         try:
             with self._guard("reading the schema", opening=True):
-                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-                tables = {name for (name,) in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if verify:
-                    problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
-                    if problems != ["ok"]:
-                        raise DatabaseError(f"database file {self.path} is corrupt (SQLite "
-                                            f"quick_check: {_summarise(problems)})")
+                app_id, tables = self._schema_facts(verify)
                 if not tables and app_id == 0:
                     raise DatabaseError(f"no tuning records in {self.path} (an empty file)")
                 version = self._check_ours(app_id, tables)
@@ -248,15 +241,7 @@ class Database:
         conn = self._conn
         # 1. Read-only checks: nothing is written before the file is known to be ours.
         with self._guard("reading the schema", opening=True):
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            tables = {name for (name,) in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if verify:
-                problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
-                if problems != ["ok"]:
-                    raise DatabaseError(
-                        f"database file {self.path} is corrupt (SQLite quick_check: "
-                        f"{_summarise(problems)}); nothing was written to it")
+            app_id, tables = self._schema_facts(verify)
             fresh = not tables and app_id == 0
             version = 0 if fresh else self._check_ours(app_id, tables)
         # 2. Settings.  WAL is a property of the file; switching needs a moment's exclusive
@@ -271,6 +256,20 @@ class Database:
         # file is not written at all, so a reader never takes the write lock.
         if version < SCHEMA_VERSION:
             self._migrate()
+
+    def _schema_facts(self, verify: bool) -> tuple[int, set[str]]:
+        """(application_id, table names) of the open file, read without writing; with
+        ``verify``, SQLite's quick_check first (a corrupt file is a DatabaseError)."""
+        conn = self._conn
+        if verify:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise DatabaseError(f"database file {self.path} is corrupt (SQLite quick_check: "
+                                    f"{_summarise(problems)}); nothing was written to it")
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = {name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return app_id, tables
 
     def _check_ours(self, app_id: int, tables: set[str]) -> int:
         """The schema version of a file that must be ours; DatabaseError otherwise."""
