@@ -53,7 +53,6 @@ from ..expr import (
     Select,
     Var,
     binary,
-    cast,
 )
 from ..func import PrimFunc
 from ..stmt import (
@@ -68,6 +67,7 @@ from ..stmt import (
     SeqStmt,
 )
 from ..visitor import free_vars, walk
+from .common import const_shape, flat_index
 
 __all__ = ["DIALECTS", "GPUParam", "GPUSource", "gpu_source"]
 
@@ -156,15 +156,6 @@ def gpu_source(func: PrimFunc, dialect: str = "cuda", name: str | None = None,
     return printer.print_func(func, name or func.name)
 
 
-def _const_shape(buf: Buffer) -> tuple[int, ...]:
-    shape = []
-    for s in buf.shape:
-        if not isinstance(s, IntImm):
-            raise BuildError(f"gpu codegen: buffer {buf.name} has a non-constant shape")
-        shape.append(s.value)
-    return tuple(shape)
-
-
 def _buffers(node, cls) -> set:
     found: set = set()
     walk(node, lambda n: found.add(n.buffer) if isinstance(n, cls) else None)
@@ -224,7 +215,7 @@ class _Printer:
         written = _buffers(func.body, BufferStore)
         params, args = [], []
         for buf in func.params:
-            shape = _const_shape(buf)
+            shape = const_shape(buf, "gpu codegen")
             ctype = self.ctype(buf.dtype, f"parameter {buf.name}")
             if self.dialect == "opencl" and buf.dtype == "bool":
                 # OpenCL C forbids bool in a kernel argument's pointee type.
@@ -242,7 +233,7 @@ class _Printer:
         self._check_shared()
         for buf in self.shared:
             qualifier = "__shared__" if self.dialect == "cuda" else "__local"
-            size = math.prod(_const_shape(buf))
+            size = math.prod(const_shape(buf, "gpu codegen"))
             self.emit(f"{qualifier} {self.ctype(buf.dtype, buf.name)} {self.names[buf]}[{size}];")
         decls = self.lines
         head = (f'extern "C" __global__ void {entry}(' if self.dialect == "cuda"
@@ -413,7 +404,7 @@ class _Printer:
 
     def allocate(self, s: Allocate, divergent: bool) -> None:
         buf = s.buffer
-        size = math.prod(_const_shape(buf))
+        size = math.prod(const_shape(buf, "gpu codegen"))
         name = self.name_of(buf, buf.name)
         if buf.scope == "shared":
             # Hoisted to the top of the kernel: OpenCL only allows __local arrays there.
@@ -448,12 +439,7 @@ class _Printer:
         return False
 
     def access(self, buf: Buffer, indices: tuple) -> str:
-        if len(indices) != len(buf.shape):
-            raise BuildError(f"gpu codegen: buffer {buf.name} of rank {len(buf.shape)} "
-                             f"accessed with {len(indices)} indices")
-        flat = IntImm(0)
-        for idx, ext in zip(indices, buf.shape):
-            flat = binary("+", binary("*", flat, cast("int64", ext)), cast("int64", idx))
+        flat = flat_index(buf, indices, "gpu codegen")
         return f"{self.name_of(buf, buf.name)}[{_strip(self.expr(flat))}]"
 
     def expr(self, e: PrimExpr) -> tuple[str, int]:

@@ -27,20 +27,60 @@ from .. import dtype as dt
 from ..buffer import Buffer
 from ..errors import BuildError
 from ..expr import (
-    And, BinOp, BufferLoad, Call, Cast, Cmp, FloatImm, IntImm, Not, Or, PrimExpr, Select, Var,
-    binary, cast,
+    And,
+    BinOp,
+    BufferLoad,
+    Call,
+    Cast,
+    Cmp,
+    FloatImm,
+    IntImm,
+    Not,
+    Or,
+    PrimExpr,
+    Select,
+    Var,
+    binary,
+    cast,
 )
 from ..func import PrimFunc
 from ..stmt import (
-    PARALLEL, THREAD_BINDING, UNROLLED, VECTORIZED, Allocate, Block, BlockRealize, BufferStore,
-    Evaluate, For, IfThenElse, LetStmt, SeqStmt,
+    PARALLEL,
+    THREAD_BINDING,
+    UNROLLED,
+    VECTORIZED,
+    Allocate,
+    Block,
+    BlockRealize,
+    BufferStore,
+    Evaluate,
+    For,
+    IfThenElse,
+    LetStmt,
+    SeqStmt,
 )
 from ..visitor import walk
 from . import fastmath
+from .common import const_shape, flat_index
 from .parallel import ParallelMixin
 from .types import (
-    FAST_MATH, I8, I32, I64, PTR, VOID, all_ones, int_bits, int_constant, lanes_of, like,
-    memory_type, scalar_type, symbol_name, type_suffix, value_type, zero_of,
+    FAST_MATH,
+    I8,
+    I32,
+    I64,
+    PTR,
+    VOID,
+    all_ones,
+    int_bits,
+    int_constant,
+    lanes_of,
+    like,
+    memory_type,
+    scalar_type,
+    symbol_name,
+    type_suffix,
+    value_type,
+    zero_of,
 )
 from .vector import VectorMixin
 
@@ -98,20 +138,11 @@ def param_metadata(func: PrimFunc, entry: str, options: CodegenOptions) -> dict:
     walk(func.body, lambda n: written.add(n.buffer) if isinstance(n, BufferStore) else None)
     params = []
     for buf in func.params:
-        params.append({"name": buf.name, "shape": list(_const_shape(buf, "parameter")),
-                       "dtype": buf.dtype, "written": buf in written})
+        shape = list(const_shape(buf, "LLVM codegen", "parameter"))
+        params.append({"name": buf.name, "shape": shape, "dtype": buf.dtype,
+                       "written": buf in written})
     return {"version": META_VERSION, "entry": entry, "num_threads": options.num_threads,
             "triple": options.triple, "params": params}
-
-
-def _const_shape(buf: Buffer, what: str) -> tuple[int, ...]:
-    shape = []
-    for s in buf.shape:
-        if not isinstance(s, IntImm):
-            raise BuildError(f"{what} buffer {buf.name}: shape {s} is not a constant; "
-                             f"dynamic shapes are not supported by the LLVM backend")
-        shape.append(s.value)
-    return tuple(shape)
 
 
 def codegen(func: PrimFunc, name: str | None = None,
@@ -455,13 +486,7 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
     # ---------------------------------------------------------------------------------------
     def flat_index(self, buf: Buffer, indices: tuple) -> PrimExpr:
         """Row-major element offset of ``buf[indices]`` as an int64 expression."""
-        if len(indices) != len(buf.shape):
-            raise BuildError(f"codegen: buffer {buf.name} of rank {len(buf.shape)} accessed "
-                             f"with {len(indices)} indices")
-        flat = IntImm(0)
-        for idx, ext in zip(indices, buf.shape):
-            flat = binary("+", binary("*", flat, cast("int64", ext)), cast("int64", idx))
-        return flat
+        return flat_index(buf, indices, "codegen")
 
     def element_ptr(self, buf: Buffer, flat: PrimExpr) -> ir.Value:
         return self.gep(buf, self.index_value(flat, "int64"))
