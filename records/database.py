@@ -717,13 +717,19 @@ class Database:
         wanted = list(dict.fromkeys(trace_hashes))
         if not wanted:
             return set()
-        measured = self.measured_hashes(key, primary)
+        # Only the batch's own hashes are looked up (not every record of the workload, which
+        # grows with the run), inside the write lock, so a commit cannot slip in between.
+        cond, params, _ = self._target_filter(primary, (), True)
+        marks = ",".join("?" * len(wanted))
         now = time.time()
         with self._write(f"claiming {len(wanted)} candidates") as conn:
+            measured = {h for (h,) in conn.execute(
+                f"SELECT r.trace_hash FROM records r WHERE r.workload_key = ? AND {cond} AND "
+                f"r.trace_hash IN ({marks})", [key, *params, *wanted])}
             conn.execute("DELETE FROM claims WHERE expires < ?", (now,))
             taken = {h for (h,) in conn.execute(
                 f"SELECT trace_hash FROM claims WHERE workload_key = ? AND target = ? AND "
-                f"owner != ? AND trace_hash IN ({','.join('?' * len(wanted))})",
+                f"owner != ? AND trace_hash IN ({marks})",
                 [key, primary, self._owner, *wanted])}
             granted = [h for h in wanted if h not in taken and h not in measured]
             conn.executemany("INSERT OR REPLACE INTO claims(workload_key, target, trace_hash, "
