@@ -52,8 +52,3 @@ class ExprRV(int):
 ROOT = "root"
 INLINE = "inline"
 
-Handle = (BlockRV, LoopRV, ExprRV)
-
-
-def is_handle(value) -> bool:
-    return isinstance(value, Handle)

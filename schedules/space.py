@@ -142,10 +142,6 @@ class DesignSpace:
             self._sketch_index = {sk.to_text(): k for k, sk in enumerate(self.sketches)}
         return self._sketch_index.get(strip_postproc(trace).without_decisions().to_text())
 
-    def sample_many(self, count: int, seed: int | None = None) -> list[Candidate]:
-        rng = random.Random(seed)
-        return [self.sample(rng) for _ in range(count)]
-
     def replay(self, trace: Trace, seed: int | None = None, sketch: int = -1
                ) -> Candidate | None:
         """Replay a (possibly mutated or partly decided) trace -- a final trace is cut back at

@@ -9,15 +9,6 @@ from .stmt import Range
 Interval = tuple[int, int]  # inclusive [lo, hi]
 
 
-def dom_of_ranges(pairs) -> dict:
-    """``{var: (lo, hi)}`` from ``(var, Range)`` pairs with constant min and extent."""
-    out = {}
-    for var, rng in pairs:
-        if isinstance(rng.min, IntImm) and isinstance(rng.extent, IntImm):
-            out[var] = (rng.min.value, rng.min.value + rng.extent.value - 1)
-    return out
-
-
 def access_region(buffer, accesses: list[tuple], dom: dict | None = None) -> tuple:
     """Region (tuple of Range) covering every index tuple in ``accesses``.
 

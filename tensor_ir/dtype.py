@@ -43,10 +43,6 @@ def is_unsigned(dtype: str) -> bool:
     return dtype.startswith("uint") or dtype == "bool"
 
 
-def is_bool(dtype: str) -> bool:
-    return dtype == "bool"
-
-
 def bits(dtype: str) -> int:
     return _BITS[dtype]
 

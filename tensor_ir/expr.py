@@ -211,8 +211,15 @@ class BinOp(PrimExpr):
         return self.a.dtype
 
 
+class _Boolean(PrimExpr):
+    """Base of the expressions whose value is a bool: comparisons and logic."""
+
+    __slots__ = ()
+    dtype: ClassVar[str] = "bool"
+
+
 @dataclass(frozen=True, slots=True)
-class Cmp(PrimExpr):
+class Cmp(_Boolean):
     """Comparison ``a op b`` with op in == != < <= > >=; dtype bool.
 
     A node built by Python's ``==`` / ``!=`` on expressions also carries the structural answer
@@ -226,10 +233,6 @@ class Cmp(PrimExpr):
     b: PrimExpr
     _truth: bool | None = field(default=None, init=False, compare=False, repr=False)
 
-    @property
-    def dtype(self) -> str:
-        return "bool"
-
     def __bool__(self):
         if self._truth is None:
             return PrimExpr.__bool__(self)
@@ -237,32 +240,20 @@ class Cmp(PrimExpr):
 
 
 @dataclass(frozen=True, slots=True)
-class And(PrimExpr):
+class And(_Boolean):
     a: PrimExpr
     b: PrimExpr
 
-    @property
-    def dtype(self) -> str:
-        return "bool"
-
 
 @dataclass(frozen=True, slots=True)
-class Or(PrimExpr):
+class Or(_Boolean):
     a: PrimExpr
     b: PrimExpr
 
-    @property
-    def dtype(self) -> str:
-        return "bool"
-
 
 @dataclass(frozen=True, slots=True)
-class Not(PrimExpr):
+class Not(_Boolean):
     a: PrimExpr
-
-    @property
-    def dtype(self) -> str:
-        return "bool"
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,10 +43,6 @@ class PrimFunc(Node):
                 return v
         return default
 
-    def with_attr(self, key, value) -> "PrimFunc":
-        attrs = tuple((k, v) for k, v in self.attrs if k != key) + ((key, value),)
-        return PrimFunc(self.params, self.body, self.name, attrs)
-
     def with_body(self, body) -> "PrimFunc":
         return PrimFunc(self.params, body, self.name, self.attrs)
 

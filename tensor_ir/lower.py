@@ -57,7 +57,3 @@ def lower(func: PrimFunc) -> PrimFunc:
     body = transform(func.body, fn)
     body = simplify(body)
     return PrimFunc(func.params, body, func.name, func.attrs + (("lowered", True),))
-
-
-def is_lowered(func: PrimFunc) -> bool:
-    return bool(func.attr("lowered"))

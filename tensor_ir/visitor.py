@@ -267,7 +267,3 @@ def _tuple_nodes(value: tuple) -> list:
     out: list = []
     _collect(value, out)
     return out
-
-
-def is_expr(node) -> bool:
-    return isinstance(node, PrimExpr)

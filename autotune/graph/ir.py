@@ -132,9 +132,6 @@ class Model:
     def output_types(self) -> dict[str, TensorType]:
         return {name: self.types[name] for name in self.outputs}
 
-    def is_constant(self, value: str) -> bool:
-        return value in self.constants
-
     def replace(self, *, nodes: Sequence[Node] | None = None,
                 constants: Mapping[str, np.ndarray] | None = None,
                 outputs: Sequence[str] | None = None) -> Model:

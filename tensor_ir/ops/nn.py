@@ -47,6 +47,29 @@ def _same_dtype(op: str, *tensors: te.Tensor) -> None:
     check(len(dtypes) == 1, op, f"inputs have different dtypes {sorted(dtypes)}")
 
 
+def _operands(op: str, rank: int, **tensors: te.Tensor) -> None:
+    """Tensors of one dtype, each of ``rank`` dimensions (named by keyword in messages)."""
+    as_tensor_args(tuple(tensors.values()), op)
+    for what, t in tensors.items():
+        _rank(t, rank, op, what)
+    _same_dtype(op, *tensors.values())
+
+
+def _check_groups(op: str, groups, c: int, k_out: int | None = None,
+                  c_group: int | None = None) -> None:
+    """``groups`` divides the input channels (and, given a weight, its output channels, and
+    the weight holds ``c // groups`` input channels)."""
+    check(isinstance(groups, int) and groups >= 1, op, f"groups must be a positive int, got "
+          f"{groups!r}")
+    check(c % groups == 0, op, f"input channels {c} are not divisible by groups={groups}")
+    if k_out is None:
+        return
+    check(k_out % groups == 0, op, f"output channels {k_out} are not divisible by "
+          f"groups={groups}")
+    check(c_group == c // groups, op, f"weight has {c_group} input channels per group but data "
+          f"has {c} channels in {groups} group(s) ({c // groups} per group)")
+
+
 def _cast_back(result: np.ndarray, like: np.ndarray) -> np.ndarray:
     return np.asarray(result).astype(like.dtype, copy=False)
 
@@ -60,10 +83,7 @@ def te_matmul(a: te.Tensor, b: te.Tensor, transpose_a: bool = False,
     """C[M, N] = op(A) @ op(B); A is [M, K] ([K, M] when transpose_a), B is [K, N] ([N, K]
     when transpose_b)."""
     op = "matmul"
-    as_tensor_args((a, b), op)
-    _rank(a, 2, op, "A")
-    _rank(b, 2, op, "B")
-    _same_dtype(op, a, b)
+    _operands(op, 2, A=a, B=b)
     m, ka = (a.shape[1], a.shape[0]) if transpose_a else a.shape
     kb, n = (b.shape[1], b.shape[0]) if transpose_b else b.shape
     check(ka == kb, op, f"reduction extents differ: A gives K={ka}, B gives K={kb}")
@@ -98,10 +118,7 @@ def te_batch_matmul(a: te.Tensor, b: te.Tensor, transpose_a: bool = False,
                     transpose_b: bool = False, name: str = "batch_matmul") -> te.Tensor:
     """C[B, M, N] = op(A[b]) @ op(B[b]); a batch extent of 1 on either side broadcasts."""
     op = "batch_matmul"
-    as_tensor_args((a, b), op)
-    _rank(a, 3, op, "A")
-    _rank(b, 3, op, "B")
-    _same_dtype(op, a, b)
+    _operands(op, 3, A=a, B=b)
     ba, bb = a.shape[0], b.shape[0]
     check(ba == bb or ba == 1 or bb == 1, op,
           f"batch extents {ba} and {bb} differ and neither is 1")
@@ -195,20 +212,11 @@ def te_conv2d_nchw(data: te.Tensor, weight: te.Tensor, stride=1, padding=0, dila
                    groups: int = 1, name: str = "conv2d_nchw") -> te.Tensor:
     """data [N, C, H, W], weight [K, C // groups, R, S] -> out [N, K, OH, OW]."""
     op = "conv2d_nchw"
-    as_tensor_args((data, weight), op)
-    _rank(data, 4, op, "data")
-    _rank(weight, 4, op, "weight")
-    _same_dtype(op, data, weight)
+    _operands(op, 4, data=data, weight=weight)
     (sh, sw), (pt, pl, pb, pr), (dh, dw) = _conv_attrs(op, stride, padding, dilation)
     n, c, h, w = data.shape
     k_out, c_group, r, s = weight.shape
-    check(isinstance(groups, int) and groups >= 1, op, f"groups must be a positive int, got "
-          f"{groups!r}")
-    check(c % groups == 0, op, f"input channels {c} are not divisible by groups={groups}")
-    check(k_out % groups == 0, op, f"output channels {k_out} are not divisible by "
-          f"groups={groups}")
-    check(c_group == c // groups, op, f"weight has {c_group} input channels per group but data "
-          f"has {c} channels in {groups} group(s) ({c // groups} per group)")
+    _check_groups(op, groups, c, k_out, c_group)
     oh = conv_out_size(h, pt, pb, r, sh, dh, op, "height")
     ow = conv_out_size(w, pl, pr, s, sw, dw, op, "width")
     padded = pad_nd(data, (0, 0, pt, pl), (0, 0, pb, pr), name="pad_data")
@@ -229,9 +237,7 @@ def conv2d_nchw(N: int, C: int, H: int, W: int, K: int, R: int, S: int, stride=1
                 dilation=1, groups: int = 1, dtype: str = "float32") -> PrimFunc:
     op = "conv2d_nchw"
     N, C, H, W, K, R, S = positive_ints((N, C, H, W, K, R, S), op, "N, C, H, W, K, R, S")
-    check(isinstance(groups, int) and groups >= 1, op, f"groups must be a positive int, got "
-          f"{groups!r}")
-    check(C % groups == 0, op, f"input channels {C} are not divisible by groups={groups}")
+    _check_groups(op, groups, C)
     dtype = canonical_dtype(dtype, op)
     data = te.placeholder((N, C, H, W), dtype, name="data")
     weight = te.placeholder((K, C // groups, R, S), dtype, name="weight")
@@ -279,20 +285,11 @@ def te_conv2d_nhwc(data: te.Tensor, weight: te.Tensor, stride=1, padding=0, dila
                    groups: int = 1, name: str = "conv2d_nhwc") -> te.Tensor:
     """data [N, H, W, C], weight [R, S, C // groups, K] (HWIO) -> out [N, OH, OW, K]."""
     op = "conv2d_nhwc"
-    as_tensor_args((data, weight), op)
-    _rank(data, 4, op, "data")
-    _rank(weight, 4, op, "weight")
-    _same_dtype(op, data, weight)
+    _operands(op, 4, data=data, weight=weight)
     (sh, sw), (pt, pl, pb, pr), (dh, dw) = _conv_attrs(op, stride, padding, dilation)
     n, h, w, c = data.shape
     r, s, c_group, k_out = weight.shape
-    check(isinstance(groups, int) and groups >= 1, op, f"groups must be a positive int, got "
-          f"{groups!r}")
-    check(c % groups == 0, op, f"input channels {c} are not divisible by groups={groups}")
-    check(k_out % groups == 0, op, f"output channels {k_out} are not divisible by "
-          f"groups={groups}")
-    check(c_group == c // groups, op, f"weight has {c_group} input channels per group but data "
-          f"has {c} channels in {groups} group(s) ({c // groups} per group)")
+    _check_groups(op, groups, c, k_out, c_group)
     oh = conv_out_size(h, pt, pb, r, sh, dh, op, "height")
     ow = conv_out_size(w, pl, pr, s, sw, dw, op, "width")
     padded = pad_nd(data, (0, pt, pl, 0), (0, pb, pr, 0), name="pad_data")
@@ -313,9 +310,7 @@ def conv2d_nhwc(N: int, H: int, W: int, C: int, K: int, R: int, S: int, stride=1
                 dilation=1, groups: int = 1, dtype: str = "float32") -> PrimFunc:
     op = "conv2d_nhwc"
     N, H, W, C, K, R, S = positive_ints((N, H, W, C, K, R, S), op, "N, H, W, C, K, R, S")
-    check(isinstance(groups, int) and groups >= 1, op, f"groups must be a positive int, got "
-          f"{groups!r}")
-    check(C % groups == 0, op, f"input channels {C} are not divisible by groups={groups}")
+    _check_groups(op, groups, C)
     dtype = canonical_dtype(dtype, op)
     data = te.placeholder((N, H, W, C), dtype, name="data")
     weight = te.placeholder((R, S, C // groups, K), dtype, name="weight")
@@ -336,10 +331,7 @@ def te_depthwise_conv2d_nchw(data: te.Tensor, weight: te.Tensor, stride=1, paddi
     """data [N, C, H, W], weight [C, multiplier, R, S] -> out [N, C * multiplier, OH, OW];
     output channel ``c * multiplier + q`` reads input channel ``c``."""
     op = "depthwise_conv2d_nchw"
-    as_tensor_args((data, weight), op)
-    _rank(data, 4, op, "data")
-    _rank(weight, 4, op, "weight")
-    _same_dtype(op, data, weight)
+    _operands(op, 4, data=data, weight=weight)
     (sh, sw), (pt, pl, pb, pr), (dh, dw) = _conv_attrs(op, stride, padding, dilation)
     n, c, h, w = data.shape
     cw, mult, r, s = weight.shape
@@ -405,10 +397,7 @@ def te_conv2d_transpose_nchw(data: te.Tensor, weight: te.Tensor, stride=1, paddi
     (one Select-guarded stage), then a plain convolution with the flipped kernel.
     """
     op = "conv2d_transpose_nchw"
-    as_tensor_args((data, weight), op)
-    _rank(data, 4, op, "data")
-    _rank(weight, 4, op, "weight")
-    _same_dtype(op, data, weight)
+    _operands(op, 4, data=data, weight=weight)
     n, c, h, w = data.shape
     cw, k_out, r, s = weight.shape
     check(cw == c, op, f"weight has {cw} input channels but data has {c}")
@@ -505,8 +494,7 @@ def te_max_pool2d(data: te.Tensor, kernel, stride=1, padding=0, name: str = "max
                   ) -> te.Tensor:
     """Max pooling of NCHW data; the padding is -inf so it never wins."""
     op = "max_pool2d"
-    as_tensor_args((data,), op)
-    _rank(data, 4, op, "data")
+    _operands(op, 4, data=data)
     (kh, kw), (sh, sw), (pt, pl, pb, pr), (oh, ow) = _pool_sizes(op, data.shape, kernel,
                                                                  stride, padding)
     padded = pad_nd(data, (0, 0, pt, pl), (0, 0, pb, pr),
@@ -554,8 +542,7 @@ def te_avg_pool2d(data: te.Tensor, kernel, stride=1, padding=0, count_include_pa
     """Average pooling of NCHW data: a sum stage, then a divide stage.  With
     ``count_include_pad=False`` each window is divided by its number of in-bounds elements."""
     op = "avg_pool2d"
-    as_tensor_args((data,), op)
-    _rank(data, 4, op, "data")
+    _operands(op, 4, data=data)
     (kh, kw), (sh, sw), (pt, pl, pb, pr), (oh, ow) = _pool_sizes(op, data.shape, kernel,
                                                                  stride, padding)
     n, c, h, w = data.shape
@@ -613,8 +600,7 @@ def ref_avg_pool2d(data: np.ndarray, kernel, stride=1, padding=0,
 def te_global_avg_pool2d(data: te.Tensor, name: str = "global_avg_pool2d") -> te.Tensor:
     """Mean over H and W of NCHW data -> [N, C, 1, 1] (as TVM's adaptive pool to 1x1)."""
     op = "global_avg_pool2d"
-    as_tensor_args((data,), op)
-    _rank(data, 4, op, "data")
+    _operands(op, 4, data=data)
     n, c, h, w = data.shape
     ry = te.reduce_axis(h, name="ry")
     rx = te.reduce_axis(w, name="rx")
