@@ -13,11 +13,12 @@ import threading
 
 import numpy as np
 
-from tensor_ir.codegen.gpu_c import GPUSource, gpu_source
+from tensor_ir.codegen.gpu_c import GPUModule, GPUSource, gpu_module, split_kernels
+from tensor_ir.codegen.gpu_verify import verify_gpu_kernel
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
-from tensor_ir.lower import lower
-from tensor_ir.target import Target, TargetError
+from tensor_ir.target import Target, TargetError, opencl_device
+from tensor_ir.thread_reduce import lower_for_gpu
 
 __all__ = ["GPUKernel", "build_gpu", "opencl_available"]
 
@@ -35,7 +36,7 @@ def opencl_available(platform: str | None = None) -> bool:
 
 
 def _context(platform: str | None) -> tuple:
-    """(context, queue) of the first device whose platform or device name contains
+    """(context, queue) of the device ``tensor_ir.target.opencl_device`` picks for
     ``platform``; one per process and platform string."""
     with _CONTEXT_LOCK:
         if platform in _CONTEXTS:
@@ -47,29 +48,31 @@ def _context(platform: str | None) -> tuple:
                              "'autotune[opencl]', which brings PoCL, a CPU OpenCL runtime)"
                              ) from None
         try:
-            platforms = cl.get_platforms()
+            device, seen = opencl_device(platform)
         except cl.Error as err:
             raise BuildError(f"opencl target: no OpenCL platform: {err}") from None
-        seen = []
-        for plat in platforms:
-            for device in plat.get_devices():
-                names = f"{plat.name} {device.name}"
-                seen.append(names.strip())
-                if platform is None or platform.lower() in names.lower():
-                    context = cl.Context([device])
-                    _CONTEXTS[platform] = (context, cl.CommandQueue(context))
-                    return _CONTEXTS[platform]
-        raise BuildError(f"opencl target: no device matches -platform={platform}; devices: "
-                         + (", ".join(seen) or "none"))
+        if device is None:
+            raise BuildError(f"opencl target: no device matches -platform={platform}; "
+                             "devices: " + (", ".join(seen) or "none"))
+        context = cl.Context([device])
+        _CONTEXTS[platform] = (context, cl.CommandQueue(context))
+        return _CONTEXTS[platform]
 
 
 class GPUKernel:
     """A PrimFunc built for OpenCL: ``kernel(*arrays)`` runs it on C-contiguous numpy arrays
-    of the parameters' shapes and dtypes, writing outputs back in place."""
+    of the parameters' shapes and dtypes, writing outputs back in place.
 
-    def __init__(self, source: GPUSource, func: PrimFunc, target: Target):
+    A function printed as several kernels (:class:`~tensor_ir.codegen.gpu_c.GPUModule`) runs
+    them in order on the same device buffers; the buffers it allocates in global memory
+    between kernels are allocated on the device for each call, not passed by the caller."""
+
+    def __init__(self, source: GPUModule | GPUSource, func: PrimFunc, target: Target):
         import pyopencl as cl
 
+        if isinstance(source, GPUSource):
+            source = GPUModule(source.name, source.dialect, source.code, source.params, (),
+                               (source,))
         self.source = source
         self.func = func
         self.target = target
@@ -77,20 +80,29 @@ class GPUKernel:
         self.entry_name = source.name
         context, self._queue = _context(dict(target.options).get("platform"))
         self._context = context
+        device = context.devices[0]
+        if "cl_khr_fp16" in source.code and "cl_khr_fp16" not in device.extensions.split():
+            raise BuildError(f"opencl target: kernel {source.name} computes in float16 but "
+                             f"device {device.name.strip()} lacks the cl_khr_fp16 extension")
         try:
             program = cl.Program(context, source.code).build()
         except cl.Error as err:
             raise BuildError(f"opencl target: kernel {source.name} does not compile: "
                              f"{err}") from None
-        self._kernel = getattr(program, source.name)
-        self._global_size = tuple(g * b for g, b in zip(source.grid, source.block))
+        # (kernel, global size, local size, buffer indices) per launch, in order.
+        self._launches = []
+        for k in source.kernels:
+            indices = k.buffers or tuple(range(len(source.params)))
+            global_size = tuple(g * b for g, b in zip(k.grid, k.block))
+            self._launches.append((getattr(program, k.name), global_size, k.block, indices))
 
     def __repr__(self) -> str:
         args = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.params)
-        return f"GPUKernel({self.entry_name}({args}), opencl)"
+        more = f", {len(self._launches)} kernels" if len(self._launches) > 1 else ""
+        return f"GPUKernel({self.entry_name}({args}), opencl{more})"
 
     def get_source(self, fmt: str = "cl") -> str:
-        """The OpenCL C text (``fmt`` "cl"; "opencl" is accepted too)."""
+        """The OpenCL C text (``fmt`` "cl"; "opencl" is accepted too): every kernel."""
         if fmt not in ("cl", "opencl"):
             raise BuildError(f"kernel {self.entry_name}: get_source({fmt!r}); an OpenCL kernel "
                              "has source format 'cl'")
@@ -114,42 +126,56 @@ class GPUKernel:
                 raise BuildError(f"kernel {self.entry_name}: argument {p.name} is written but "
                                  "the array is read-only")
 
-    def __call__(self, *arrays) -> None:
+    def _device_buffers(self, arrays, all_writable: bool) -> list:
+        """Device buffers of the caller's arrays (copied in), then of the temporaries."""
         import pyopencl as cl
 
-        self._check(arrays)
         flags = cl.mem_flags
         buffers = []
         for p, a in zip(self.params, arrays):
             # NOTE: every buffer starts from the host array, outputs too: a kernel may read
             # what it writes (a reduction accumulates into its output).
-            mode = flags.READ_WRITE if p.written else flags.READ_ONLY
+            mode = flags.READ_WRITE if p.written or all_writable else flags.READ_ONLY
             buffers.append(cl.Buffer(self._context, mode | flags.COPY_HOST_PTR, hostbuf=a))
-        self._kernel(self._queue, self._global_size, self.source.block, *buffers)
+        for t in self.source.temps:
+            # Zeroed, so that a program reading a temporary before writing it reads the same
+            # thing on every call.
+            zeros = np.zeros(t.shape, t.dtype)
+            buffers.append(cl.Buffer(self._context, flags.READ_WRITE | flags.COPY_HOST_PTR,
+                                     hostbuf=zeros))
+        return buffers
+
+    def _launch(self, buffers) -> None:
+        # An in-order queue: each kernel starts after the previous one has finished, which
+        # is the barrier between stages.
+        for kernel, global_size, local_size, indices in self._launches:
+            kernel(self._queue, global_size, local_size, *[buffers[i] for i in indices])
+
+    def __call__(self, *arrays) -> None:
+        import pyopencl as cl
+
+        self._check(arrays)
+        buffers = self._device_buffers(arrays, all_writable=False)
+        self._launch(buffers)
         for p, a, buf in zip(self.params, arrays, buffers):
             if p.written:
                 cl.enqueue_copy(self._queue, a, buf)
         self._queue.finish()
 
-
     def time(self, *arrays, repeat: int = 5, min_repeat_ms: float = 20.0) -> list[float]:
-        """Seconds per call of the kernel alone, one entry per repeat: the arrays are copied
-        to the device once; a repeat launches the kernel ``number`` times between two waits
+        """Seconds per call of the kernels alone, one entry per repeat: the arrays are copied
+        to the device once; a repeat launches every kernel ``number`` times between two waits
         for the queue, ``number`` grown until a repeat lasts ``min_repeat_ms``."""
         import time
 
-        import pyopencl as cl
-
         self._check(arrays)
-        flags = cl.mem_flags
-        buffers = [cl.Buffer(self._context, flags.READ_WRITE | flags.COPY_HOST_PTR, hostbuf=a)
-                   for a in arrays]
+        buffers = self._device_buffers(arrays, all_writable=True)
 
         def run(number: int) -> float:
             self._queue.finish()
             start = time.perf_counter()
             for _ in range(number):
-                self._kernel(self._queue, self._global_size, self.source.block, *buffers)
+                self._launch(buffers)
             self._queue.finish()
             return time.perf_counter() - start
 
@@ -164,17 +190,26 @@ class GPUKernel:
 
 def build_gpu(func: PrimFunc, target: str | Target = "opencl",
               name: str | None = None) -> GPUKernel:
-    """Lower ``func`` (if needed), print it as OpenCL C and compile it for ``target``'s
-    device.  Raises TargetError for a non-OpenCL target and BuildError for a program a kernel
-    cannot be (see :func:`tensor_ir.codegen.gpu_c.gpu_source`) or a missing runtime."""
+    """Lower ``func`` (if needed) for the GPU (:func:`tensor_ir.thread_reduce.lower_for_gpu`:
+    cross-thread reductions, then the ordinary lowering), print it as OpenCL C and compile it
+    for ``target``'s device.  Raises TargetError for a non-OpenCL target and BuildError for a program a kernel
+    cannot be (see :func:`tensor_ir.codegen.gpu_c.gpu_source`) or a missing runtime.  A
+    function whose top level is a sequence of nests becomes one kernel per nest, launched in
+    order (:func:`tensor_ir.codegen.gpu_c.gpu_module`)."""
     t = Target(target)
     if t.kind != "opencl":
         raise TargetError(f"build_gpu runs OpenCL targets; {str(t)!r} is a {t.kind} target")
     if not isinstance(func, PrimFunc):
         raise BuildError(f"build_gpu takes a PrimFunc, got {type(func).__name__}")
-    lowered = lower(func)
-    source = gpu_source(lowered, "opencl", name=name,
+    lowered = lower_for_gpu(func)
+    source = gpu_module(lowered, "opencl", name=name,
                         max_threads_per_block=t.max_threads_per_block,
                         max_shared_memory_per_block=t.max_shared_memory_per_block)
+    # The verifier, kernel by kernel: the target's limits, and no global store that a launch
+    # axis leaves to several threads (an unbound loop every thread would repeat, a reduction
+    # bound to threads without the cross-thread lowering).
+    _, bodies = split_kernels(lowered.body)
+    for kernel, body in zip(source.kernels, bodies):
+        verify_gpu_kernel(kernel, t, func=body)
     _context(dict(t.options).get("platform"))  # a clear BuildError before pyopencl is imported
     return GPUKernel(source, lowered, t)

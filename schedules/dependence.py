@@ -13,6 +13,28 @@ within ``(-|c|, |c|)``, an overlap forces ``g(x) == g(x')``.  When the atoms so 
 determine ``x`` (one of them is ``x``, or they are jointly injective over x's range, which is
 checked numerically), iterations are independent.  Anything not proven is reported as a
 possible dependence: the check is conservative.
+
+Threads of a block.  For a loop about to be bound to ``threadIdx.*`` (``as_kind``), the
+question is whether the GPU -- the block's threads running side by side, a barrier between
+statements that share a ``shared`` buffer (tensor_ir.codegen.gpu_c) -- computes what the
+interpreter computes running the threads one after another.  Two kinds of pair are not
+dependences there:
+
+* a block whose reduce iteration variable is bound through the loop, against itself: a
+  cross-thread reduction, which GPU lowering turns into a combination of the threads' parts;
+* a write of a ``shared`` buffer by a redundant writer (see :func:`_redundant_writers`: a
+  cooperative fetch, whose element values do not depend on the thread), against any access.
+  Every thread writes the same value to an element, so two threads writing one element is
+  benign (TVM runs an unbound fetch under thread loops so), and a reader finds the value
+  whichever thread wrote it: in the interpreter its own thread wrote it earlier in the same
+  iteration (the TensorIR invariant compute_at and cache_read keep: the fetch covers what its
+  consumers read, for every thread of the block -- see compute_at), on the GPU the barrier
+  before the reader waits for every thread's part.
+
+Every other pair is judged as for CPU threads: a ``global`` or ``local`` buffer, a ``shared``
+one written differently by different threads, a block reading what another thread writes
+within it.  Bindings to ``blockIdx.*`` are judged as CPU threads too: blocks cannot wait for
+each other.
 """
 from __future__ import annotations
 
@@ -22,7 +44,7 @@ import numpy as np
 
 from tensor_ir.arith import Analyzer, is_index_dtype, linear_form
 from tensor_ir.expr import And, BinOp, BufferLoad, Cast, Cmp, IntImm, Not, Or, PrimExpr, Var
-from tensor_ir.stmt import REDUCE, Block, BlockRealize, BufferStore, For
+from tensor_ir.stmt import REDUCE, THREAD_BINDING, Block, BlockRealize, BufferStore, For
 from tensor_ir.visitor import children, collect, substitute, uses_var
 
 from .tree import MISS, IdentityMemo
@@ -498,6 +520,11 @@ def _carried_dependence(func_body, loop: For, include_self: bool,
         from tensor_ir.compact import private_buffers
 
         private |= private_buffers(func_body, loop, as_kind[0], as_kind[1])
+    # Threads of one GPU block (see the module text, "Threads of a block").
+    threads = (as_kind is not None and as_kind[0] == THREAD_BINDING
+               and (as_kind[1] or "").startswith("threadIdx"))
+    reducing = _reduced_over(realizes, x) if threads else set()
+    redundant = _redundant_writers(realizes, x) if threads else set()
     accesses = []
     for realize, inner in realizes:
         # Rename the accessor's inner loop variables: it may be at another inner iteration.
@@ -519,9 +546,13 @@ def _carried_dependence(func_body, loop: For, include_self: bool,
         for rname, rinner, racc, rreal, (renamed, renamed_idx) in accesses:
             if rname == wname and not include_self:
                 continue
+            if rname == wname and wname in reducing:
+                continue  # a cross-thread reduction: lowering combines the threads' parts
             for wbuf, widx, is_write in wacc:
                 if not is_write or wbuf in private:
                     continue
+                if wname in redundant and wbuf.scope == "shared":
+                    continue  # every thread writes the same values; a barrier orders readers
                 for k, (rbuf, ridx, _) in enumerate(racc):
                     if rbuf is not wbuf:
                         continue
@@ -539,3 +570,67 @@ def _carried_dependence(func_body, loop: For, include_self: bool,
                             continue
                     return wname, rname, wbuf.name
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Threads of a block
+# ---------------------------------------------------------------------------------------------
+
+def _reduced_over(realizes: list, x: Var) -> set:
+    """Names of the blocks with a reduce iteration variable bound through ``x``."""
+    out = set()
+    for realize, _ in realizes:
+        block = realize.block
+        if any(iv.kind == REDUCE and uses_var(value, x)
+               for iv, value in zip(block.iter_vars, realize.iter_values)):
+            out.add(block.name)
+    return out
+
+
+def _redundant_writers(realizes: list, x: Var) -> set:
+    """Names of the blocks of ``realizes`` (those under the loop of ``x``, with the loops
+    between) that write a ``shared`` buffer identically from every thread of ``x``: a
+    copy-like block (no init, no reduce iteration variable, one store at exactly its own
+    iteration variables, so an element names one instance), the only writer of its buffer
+    under the loop, that does not read that buffer, whose bindings, predicate and loops below
+    the loop do not use ``x``, and whose inputs are not written under the loop except by
+    other such blocks.  Such a block writes each element
+    with one value whichever thread runs it (a cooperative fetch before its loops are bound,
+    or the part of a bound fetch another thread runs): see the module text."""
+    writers: dict = {}
+    for realize, _ in realizes:
+        for st in collect(realize.block.body, BufferStore):
+            writers.setdefault(st.buffer, set()).add(realize.block.name)
+        if realize.block.init is not None:
+            for st in collect(realize.block.init, BufferStore):
+                writers.setdefault(st.buffer, set()).add(realize.block.name)
+    candidates: dict = {}
+    for realize, inner in realizes:
+        block = realize.block
+        stores = collect(block.body, BufferStore)
+        if block.init is not None or any(iv.kind == REDUCE for iv in block.iter_vars) \
+                or len(stores) != 1:
+            continue
+        (store,) = stores
+        own = {id(iv.var) for iv in block.iter_vars}
+        indices = {id(i) for i in store.indices if isinstance(i, Var)}
+        if store.buffer.scope != "shared" or writers.get(store.buffer) != {block.name} \
+                or len(store.indices) != len(own) or indices != own:
+            continue
+        if uses_var(realize.predicate, x) \
+                or any(uses_var(v, x) for v in realize.iter_values) \
+                or any(uses_var(f.min, x) or uses_var(f.extent, x) for f in inner):
+            continue
+        inputs = {ld.buffer for ld in collect(block.body, BufferLoad)}
+        if store.buffer in inputs:
+            continue
+        candidates[block.name] = inputs
+    # Drop, until none changes, a candidate reading what a non-candidate writes under the loop.
+    changed = True
+    while changed:
+        changed = False
+        for name, inputs in list(candidates.items()):
+            if any(writers.get(buf, set()) - set(candidates) for buf in inputs):
+                del candidates[name]
+                changed = True
+    return set(candidates)

@@ -32,6 +32,10 @@ over loops enclosing the site, and those over loops below it.  The region is
 access as the reference and widening by the bounded difference where another access's outer
 part differs (``max(y - 1, 0)`` beside ``y``); otherwise the dimension's constant bounds over
 all loops are used; failing both, the whole dimension.
+For a ``shared`` buffer kept out of threadIdx loops, the loops between those and the
+accesses' common loop (the k-tile loop of a cooperative fetch) count as outer too when every
+thread runs them alike: the threads go through their iterations together, a barrier apart,
+so the allocation holds one iteration's tile (see ``_Planner.lockstep_vars``).
 A region never exceeds the original dimension.  Indices are rewritten to subtract the
 region's start.  Storage alignment requests (the block annotation ``buffer_dim_align`` written
 by ``storage_align``) are applied again to the compacted shape, innermost axis first.
@@ -51,8 +55,9 @@ from .expr import (
 )
 from .func import PrimFunc
 from .stmt import (
-    PARALLEL, REDUCE, THREAD_BINDING, VECTORIZED, Allocate, Block, BlockRealize,
-    BufferRegion, BufferStore, Evaluate, For, IfThenElse, LetStmt, Range, SeqStmt, Stmt,
+    PARALLEL, REDUCE, SERIAL, THREAD_BINDING, UNROLLED, VECTORIZED, Allocate, Block,
+    BlockRealize, BufferRegion, BufferStore, Evaluate, For, IfThenElse, LetStmt, Range, SeqStmt,
+    Stmt,
 )
 from .visitor import children, node_fields, substitute, transform, walk
 
@@ -280,8 +285,9 @@ class _Planner:
         self._vars[id(e)] = (e, out, has_load)
         return out, has_load
 
-    def site_depth(self, buf, base: int, paths: list) -> int:
-        """Number of loops enclosing the allocation (``base``: those above its block)."""
+    def common_depth(self, base: int, paths: list) -> int:
+        """Number of loops enclosing every access (``base``: those above the allocating
+        block)."""
         first = paths[0]
         depth = min(len(p) for p in paths)
         for p in paths[1:]:
@@ -289,16 +295,62 @@ class _Planner:
             while k < depth and p[k] is first[k]:
                 k += 1
             depth = k
+        return depth
+
+    def kind_of(self, lp: For) -> tuple:
+        return self.overrides.get(id(lp), (lp.kind, lp.thread_binding))
+
+    def site_depth(self, buf, base: int, paths: list) -> int:
+        """Number of loops enclosing the allocation (``base``: those above its block)."""
+        first = paths[0]
+        depth = self.common_depth(base, paths)
         keep_out = self.col.keep_out.get(buf, ())
         for k in range(base, depth):
             lp = first[k]
-            kind, thread = self.overrides.get(id(lp), (lp.kind, lp.thread_binding))
+            kind, thread = self.kind_of(lp)
             # A loop bound twice (the same Var in two For nodes) cannot host an allocation
             # safely: its index rewriting would be ambiguous.
             if id(lp) in keep_out or _must_enclose(lp, buf.scope, kind, thread) \
                     or self.col.for_count.get(lp.loop_var, 0) > 1:
                 return k
         return depth
+
+    def lockstep_vars(self, buf, site: int, paths: list, outer_vars: set) -> set:
+        """Variables of loops below the allocation site of a ``shared`` buffer whose single
+        iteration the region may describe: loops between the site and the accesses' common
+        loop, inside the threadIdx loops that kept the allocation out.
+
+        Every thread of a block runs such a loop over the same values (its bounds do not
+        depend on a thread), and a barrier at the end of each iteration (the GPU printer's
+        rule for a loop body that writes and reads one shared buffer) keeps the threads on
+        one iteration at a time; by the TensorIR invariant a block reads only what was
+        produced in the same iteration of the loops enclosing it and its producer.  So the
+        tile of a k-loop iteration, not the whole k extent, is allocated: ``A_shared[ty_tile,
+        k_tile]`` for a cooperative fetch computed at the k-loop under the thread loops.
+        The walk stops at a loop that accumulates into the buffer, a vectorized loop, a
+        loop bound twice or a loop whose bounds vary with a thread."""
+        if buf.scope != "shared":
+            return set()
+        first = paths[0]
+        depth = self.common_depth(site, paths)
+        keep_out = self.col.keep_out.get(buf, ())
+        known = set(outer_vars)
+        found: set = set()
+        for k in range(site, depth):
+            lp = first[k]
+            kind, thread = self.kind_of(lp)
+            if kind == THREAD_BINDING and thread is not None \
+                    and (thread.startswith("threadIdx") or thread == "vthread"):
+                continue  # its threads share the one copy: the region spans them
+            if kind not in (SERIAL, UNROLLED) or id(lp) in keep_out \
+                    or self.col.for_count.get(lp.loop_var, 0) > 1:
+                break
+            used: set = set()
+            if _gather_vars(lp.min, used) | _gather_vars(lp.extent, used) or used - known:
+                break
+            known.add(lp.loop_var)
+            found.add(lp.loop_var)
+        return found
 
     def affine(self, e):
         """``e`` as ({atom: coeff}, const) over + - and constant products, without any
@@ -480,9 +532,10 @@ class _Planner:
         depth = self.site_depth(buf, base, paths)
         enclosing = paths[0][:depth]
         outer_vars = {lp.loop_var for lp in enclosing}
+        region_vars = outer_vars | self.lockstep_vars(buf, depth, paths, outer_vars)
         shape, offsets = [], []
         for d, size in enumerate(buf.shape):
-            off, extent = self.dim_region([idx[d] for idx, _ in accs], size, outer_vars)
+            off, extent = self.dim_region([idx[d] for idx, _ in accs], size, region_vars)
             if extent is None:
                 shape.append(size)
                 offsets.append(None)

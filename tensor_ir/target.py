@@ -33,7 +33,8 @@ from . import dtype as dt
 from .errors import TensorIRError
 from .llvm_support import llvm_names
 
-__all__ = ["KINDS", "HostInfo", "Target", "TargetError", "host_info", "opencl_device_facts"]
+__all__ = ["KINDS", "HostInfo", "Target", "TargetError", "host_info", "opencl_device",
+           "opencl_device_facts"]
 
 
 class TargetError(TensorIRError, ValueError):
@@ -265,27 +266,46 @@ _OPENCL_FACTS: dict[str | None, dict] = {}
 _OPENCL_LOCK = threading.Lock()
 
 
+def opencl_device(platform: str | None = None) -> tuple:
+    """(device, names of every device seen) for ``-platform``: the first OpenCL device whose
+    platform name, vendor or device name contains ``platform`` (case-insensitive); with None,
+    the first device of the best kind: a GPU, then an accelerator, then a CPU, then a
+    simulator.  Oclgrind (a simulator that reports itself as every kind) is only taken when
+    named, so installing it for race checks never makes it the device that is timed.  The
+    device is None when nothing matches; pyopencl's errors propagate."""
+    import pyopencl as cl
+
+    found, seen = [], []
+    for plat in cl.get_platforms():
+        for device in plat.get_devices():
+            names = f"{plat.name} {plat.vendor} {device.name}"
+            seen.append(f"{plat.name}: {device.name.strip()}")
+            if platform is not None:
+                if platform.lower() in names.lower():
+                    return device, seen
+                continue
+            simulator = "oclgrind" in names.lower()
+            rank = (3 if simulator else 0 if device.type & cl.device_type.GPU
+                    else 1 if device.type & cl.device_type.ACCELERATOR else 2)
+            found.append((rank, len(found), device))
+    best = min(found, default=None, key=lambda item: item[:2])
+    return (best[2] if best is not None else None), seen
+
+
 def opencl_device_facts(platform: str | None = None) -> dict:
-    """Name, max work-group size and local memory size of the first OpenCL device whose
-    platform or device name contains ``platform`` (any device when None), read once per
-    process; empty when pyopencl is not importable or no device matches."""
+    """Name, max work-group size and local memory size of the device ``opencl_device``
+    picks, read once per process; empty when pyopencl is not importable or no device
+    matches."""
     with _OPENCL_LOCK:
         if platform in _OPENCL_FACTS:
             return _OPENCL_FACTS[platform]
         facts: dict = {}
         try:
-            import pyopencl as cl
-
-            for plat in cl.get_platforms():
-                for device in plat.get_devices():
-                    names = f"{plat.name} {device.name}".lower()
-                    if platform is None or platform.lower() in names:
-                        facts = {"name": device.name.strip(),
-                                 "max_work_group_size": int(device.max_work_group_size),
-                                 "local_mem_size": int(device.local_mem_size)}
-                        break
-                if facts:
-                    break
+            device, _ = opencl_device(platform)
+            if device is not None:
+                facts = {"name": device.name.strip(),
+                         "max_work_group_size": int(device.max_work_group_size),
+                         "local_mem_size": int(device.local_mem_size)}
         except Exception:  # noqa: BLE001 - no runtime, no ICD, a broken driver: use defaults
             facts = {}
         _OPENCL_FACTS[platform] = facts

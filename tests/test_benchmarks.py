@@ -96,13 +96,16 @@ def test_gpu_kernels_prints_json_with_checked_schedules():
     import sys
     from pathlib import Path
 
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_kernels"],
+    # Two of the cases: the test checks the benchmark's plumbing, not PoCL's speed.
+    cases = ["add_1M", "transpose_1024_tile16"]
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_kernels",
+                           "--only", ",".join(cases)],
                           cwd=Path(__file__).resolve().parents[1], capture_output=True,
                           text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout)
     if "error" in doc:
         pytest.skip(doc["error"])
-    assert set(doc["schedules"]) == {"add_1M", "row_sum_4096x1024", "matmul_256_tile8"}
+    assert list(doc["schedules"]) == cases
     for entry in doc["schedules"].values():
         assert entry["correct"] and entry["kernel_ms"] > 0 and entry["reference_ms"] > 0

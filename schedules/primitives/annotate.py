@@ -13,7 +13,7 @@ from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import (
     PARALLEL, SERIAL, THREAD_AXES, THREAD_BINDING, UNROLLED, VECTORIZED, Block, For,
 )
-from tensor_ir.visitor import collect
+from tensor_ir.visitor import collect, uses_var
 
 from ..dependence import carried_dependence, reduce_feeder
 from ..errors import ScheduleError, check
@@ -26,24 +26,32 @@ def _with_kind(func: PrimFunc, loop: For, kind: str, thread: str | None = None) 
 
 
 def _check_concurrent(func: PrimFunc, loop: For, what: str,
-                      as_kind: tuple[str, str | None] | None = None) -> None:
-    """Iterations of ``loop`` may run at the same time: no reduction over it, no dependence
+                      as_kind: tuple[str, str | None] | None = None,
+                      cross_thread_reduce: bool = False) -> None:
+    """Iterations of ``loop`` may run at the same time: no reduction over it (unless
+    ``cross_thread_reduce``: the threads of a GPU block combine their parts), no dependence
     carried between its iterations."""
     name = loop.loop_var.name
     check(loop.kind == SERIAL and loop.thread_binding is None,
           f"{what}: loop {name} is already {loop.kind}"
           + (f" (bound to {loop.thread_binding})" if loop.thread_binding else ""))
-    feeder = reduce_feeder(loop)
+    feeder = None if cross_thread_reduce else reduce_feeder(loop)
     if feeder is not None:
         raise ScheduleError(f"{what}: loop {name} feeds reduce iteration variable {feeder[1]} "
                             f"of block {feeder[0]}; its iterations accumulate into one element")
+    _check_independent(func, loop, what, as_kind)
+
+
+def _check_independent(func: PrimFunc, loop: For, what: str,
+                       as_kind: tuple[str, str | None] | None) -> None:
     outer = find_loop(func, loop.loop_var).loops
     dep = carried_dependence(func.body, loop, outer=outer, as_kind=as_kind)
     if dep is not None:
         writer, reader, buf = dep
         raise ScheduleError(
-            f"{what}: loop {name} may carry a dependence: block {reader} can access, at one "
-            f"iteration, elements of buffer {buf} that block {writer} writes at another")
+            f"{what}: loop {loop.loop_var.name} may carry a dependence: block {reader} can "
+            f"access, at one iteration, elements of buffer {buf} that block {writer} writes at "
+            f"another")
 
 
 def parallel(func: PrimFunc, loop_var: Var) -> PrimFunc:
@@ -96,9 +104,28 @@ def unroll(func: PrimFunc, loop_var: Var) -> PrimFunc:
 def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
     """Bind the loop to a GPU thread axis (blockIdx.x/y/z, threadIdx.x/y/z, vthread).
 
-    Preconditions: those of :func:`parallel` (except for vthread, whose "threads" run one
-    after another in one real thread), a known axis, and every other loop bound to the same
-    axis having the same extent.
+    Preconditions (ScheduleError otherwise), for ``blockIdx.*`` and ``threadIdx.*``: those of
+    :func:`parallel`, as the threads of a GPU block see them (see schedules.dependence,
+    "Threads of a block"): for ``threadIdx.*`` a loop feeding a reduce iteration variable is
+    accepted (a cross-thread reduction), and a cooperative fetch into a ``shared`` buffer is
+    no dependence; ``blockIdx.*`` iterations must be independent outright.  Every other loop
+    bound to the axis in the same kernel (under the same outermost blockIdx / threadIdx
+    loop; separate nests are separate launches) has the same extent.  For ``vthread``, whose
+    "threads" run one after another in one real thread: a serial loop, and every vthread loop
+    of the function has the same extent.
+
+    A loop bound to the axis of an enclosing loop is the same thread index, not a nested
+    one (the GPU code runs the one iteration equal to the thread's index), as a cooperative
+    fetch under the compute's thread loops is bound::
+
+        for ty in thread_binding(4, "threadIdx.y"):        # the compute's threads
+          for ko in range(4):
+            for f0 in thread_binding(4, "threadIdx.y"):    # f0 == ty on the GPU
+              A_shared[f0, ...] = A[...]
+
+    The interpreter runs thread loops serially, so there every ty runs the whole fetch: the
+    two agree only when the inner loop's subtree does not use the outer loop's variable, which
+    is checked, and the enclosing loop's iterations are checked again as threads.
 
         for i in range(64): ...   ->   for i in thread_binding(64, "threadIdx.x"): ...
     """
@@ -109,14 +136,73 @@ def bind(func: PrimFunc, loop_var: Var, thread_axis: str) -> PrimFunc:
     if thread_axis == "vthread":
         check(loop.kind == SERIAL and loop.thread_binding is None,
               f"bind: loop {name} is already {loop.kind}")
-    else:
-        _check_concurrent(func, loop, f"bind({thread_axis})", (THREAD_BINDING, thread_axis))
+        for other in collect(func.body, For):
+            if other.thread_binding == thread_axis and other is not loop:
+                _check_extent(loop, other, thread_axis)
+        return _with_kind(func, loop, THREAD_BINDING, thread_axis)
+    as_kind = (THREAD_BINDING, thread_axis)
+    what = f"bind({thread_axis})"
+    _check_concurrent(func, loop, what, as_kind,
+                      cross_thread_reduce=thread_axis.startswith("threadIdx"))
+    same_axis = _same_kernel_axis(func, loop, thread_axis)
+    for other, relation in same_axis:
+        _check_extent(loop, other, thread_axis)
+        outer, inner = (other, loop) if relation == "outer" else (loop, other)
+        if uses_var(inner, outer.loop_var):
+            raise ScheduleError(
+                f"{what}: loop {inner.loop_var.name} inside loop {outer.loop_var.name}, both "
+                f"bound to {thread_axis}, would be the same thread index, but its body uses "
+                f"{outer.loop_var.name}; on the GPU it would run only where the two are equal")
+    new = _with_kind(func, loop, THREAD_BINDING, thread_axis)
+    # The enclosing loop's threads now split the work of this loop between them: they are
+    # asked again, as threads, whether they can run side by side.
+    for other, relation in same_axis:
+        if relation == "outer":
+            _check_independent(new, find_loop(new, other.loop_var).node,
+                               f"{what} of loop {name}", as_kind)
+    return new
+
+
+def _check_extent(loop: For, other: For, axis: str) -> None:
+    check(other.extent == loop.extent,
+          f"bind: loop {loop.loop_var.name} has extent {loop.extent} but loop "
+          f"{other.loop_var.name} is already bound to {axis} with extent {other.extent}")
+
+
+def _enclosing_fors(func: PrimFunc, loop: For) -> list[For]:
+    return [n for n in find_loop(func, loop.loop_var).path if isinstance(n, For)]
+
+
+def _kernel_root(chain: list[For], loop: For) -> For | None:
+    """The outermost loop of ``chain`` (a loop and its enclosing loops, outer first) bound to
+    blockIdx / threadIdx, ``loop`` counting as bound: the loop whose nest is one kernel."""
+    for f in chain:
+        if f is loop or (f.thread_binding is not None and f.thread_binding != "vthread"):
+            return f
+    return None
+
+
+def _same_kernel_axis(func: PrimFunc, loop: For, axis: str) -> list[tuple[For, str]]:
+    """(loop, relation) for every other loop bound to ``axis`` in the kernel ``loop`` would be
+    part of once bound: relation "outer" when it encloses ``loop``, "inner" when ``loop``
+    encloses it, "apart" otherwise.  Loops bound to the axis under another outermost thread
+    loop belong to another kernel launch, where the axis may have another extent."""
+    enclosing = _enclosing_fors(func, loop)
+    root = _kernel_root(enclosing + [loop], loop)
+    out = []
     for other in collect(func.body, For):
-        if other.thread_binding == thread_axis and other is not loop:
-            check(other.extent == loop.extent,
-                  f"bind: loop {name} has extent {loop.extent} but loop {other.loop_var.name} "
-                  f"is already bound to {thread_axis} with extent {other.extent}")
-    return _with_kind(func, loop, THREAD_BINDING, thread_axis)
+        if other.thread_binding != axis or other is loop:
+            continue
+        chain = _enclosing_fors(func, other) + [other]
+        if _kernel_root(chain, loop) is not root:
+            continue
+        if any(f is other for f in enclosing):
+            out.append((other, "outer"))
+        elif any(f is loop for f in chain):
+            out.append((other, "inner"))
+        else:
+            out.append((other, "apart"))
+    return out
 
 
 def _json_value(value, where: str):

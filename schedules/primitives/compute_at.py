@@ -16,7 +16,8 @@ from .. import tree
 from ..errors import ScheduleError, check
 from . import blocks as B
 from .regions import (
-    as_var_plus_const, canon, const_dom, loop_ranges, recompute_regions, relax, union,
+    as_var_plus_const, canon, const_dom, loop_ranges, recompute_regions, relax,
+    shares_storage_across, union,
 )
 
 __all__ = ["compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline"]
@@ -127,17 +128,23 @@ def _realize_accesses(rloc: tree.Located, buffer, kind) -> list[tuple]:
     return out
 
 
-def _region_under(func: PrimFunc, loop: For, names: list[str], buffer, kind, what: str):
+def _region_under(func: PrimFunc, loop: For, names: list[str], buffer, kind, what: str,
+                  shared_by: list[For] = ()):
     """Per-dimension symbolic interval of ``buffer`` touched by blocks ``names`` (all under
-    ``loop``) during one iteration of ``loop``; None in a dimension that cannot be bounded."""
+    ``loop``) during one iteration of ``loop``; None in a dimension that cannot be bounded.
+
+    ``shared_by``: thread-bound loops at or above ``loop`` whose threads all use the one copy
+    of ``buffer`` (see :func:`shares_storage_across`); the region covers every thread of
+    them, so that each of them finds what it reads whichever thread wrote it."""
     ndim = len(buffer.shape)
     region: list = [None] * ndim
     bounded = [True] * ndim
+    base = loop_ranges(list(shared_by))
     for name in names:
         rloc = tree.find_block(func, name)
         loops = rloc.loops
         idx = next(i for i, lp in enumerate(loops) if lp is loop)
-        ranges = loop_ranges(loops[idx + 1:])
+        ranges = None if base is None else loop_ranges(loops[idx + 1:], base)
         for acc in _realize_accesses(rloc, buffer, kind):
             for d, (lo_e, hi_e) in enumerate(acc):
                 if ranges is None:
@@ -190,6 +197,11 @@ def compute_at(func: PrimFunc, block: str, loop_var: Var) -> PrimFunc:
         consumer.
     The new loops cover the inferred region clipped to the block's domain; when the clipped
     extent is not constant the loop runs to its upper bound and the realize is guarded.
+    For an output in ``shared`` scope the region is that of every thread of the enclosing
+    loops bound to ``threadIdx.*`` or ``vthread`` (the loop itself included), as in TVM: the
+    threads of a block share the buffer, so the copy computed at the loop must hold what all
+    of them read (a cooperative fetch: bind its loops to the threads to split the copying).
+    ``local`` and ``global`` outputs keep the region of one thread.
 
     Before / after (B consumed by C under loop i)::
 
@@ -227,8 +239,11 @@ def compute_at(func: PrimFunc, block: str, loop_var: Var) -> PrimFunc:
             check(order[p] < first_in_loop,
                   f"{what}: producer {p} of block {block} comes after loop {loop_var.name}")
 
-    # 1. The region of the output the consumers read in one iteration of the loop.
-    region = _region_under(func, loop, consumers, out, BufferLoad, what)
+    # 1. The region of the output the consumers read in one iteration of the loop -- of every
+    #    thread of it, for a buffer the threads of enclosing thread loops share (a "shared"
+    #    tile under threadIdx loops: each thread's consumer reads rows other threads fetch).
+    shared_by = [lp for lp in lloc.loops + [loop] if shares_storage_across(out.scope, lp)]
+    region = _region_under(func, loop, consumers, out, BufferLoad, what, shared_by)
     outer = const_dom(lloc.loops + [loop])
     ranges = {}
     for d, v in enumerate(store_vars):

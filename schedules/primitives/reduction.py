@@ -7,13 +7,14 @@ from dataclasses import replace as dc_replace
 from tensor_ir import dtype as dt
 from tensor_ir.buffer import Buffer
 from tensor_ir.expr import (
-    And, BinOp, BufferLoad, IntImm, PrimExpr, Var, binary, const, logic_and, select,
+    And, BinOp, BufferLoad, IntImm, PrimExpr, Var, binary, logic_and, select,
 )
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import (
     REDUCE, SPATIAL, TRUE, Block, BlockRealize, BufferStore, For, IterVar,
     Range, SeqStmt, seq,
 )
+from tensor_ir.thread_reduce import identity as reducer_identity
 from tensor_ir.visitor import collect, substitute, transform, uses_var
 
 from .. import tree
@@ -147,14 +148,14 @@ def rfactor(func: PrimFunc, loop_var: Var, factor_axis: int) -> tuple[PrimFunc, 
             return BufferStore(rf_buf, n.value, rf_indices(n.indices))
         return None
 
-    identity = _identity(op, out.dtype)
+    init_value = reducer_identity(op, out.dtype)
 
     def to_rf_init(n):
         # NOTE: partials start at the identity, not at the block's init value: the final
         # reduction starts from that init and combines every partial, so a non-identity init
         # (te.sum(..., init=5)) must be counted once, not once per partial.
         if isinstance(n, BufferStore) and n.buffer is out:
-            return BufferStore(rf_buf, identity, rf_indices(n.indices))
+            return BufferStore(rf_buf, init_value, rf_indices(n.indices))
         return None
 
     rf_body = transform(substitute(st, old_reduce), to_rf)
@@ -288,16 +289,6 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
     else:
         new = tree.replace(new, loop, seq(stmt, loop))
     return new, init_name
-
-
-def _identity(op: str, dtype: str) -> PrimExpr:
-    """The identity element of the combiner ``op`` in ``dtype``."""
-    if op == "+":
-        return const(0, dtype)
-    if op == "*":
-        return const(1, dtype)
-    # min starts from the largest value (+inf for floats), max from the smallest.
-    return const(dt.max_value(dtype) if op == "min" else dt.min_value(dtype), dtype)
 
 
 def _fresh_iters(iters: list) -> tuple[list, dict]:

@@ -60,6 +60,18 @@ def loop_ranges(loops: list[For], ranges: dict | None = None) -> dict | None:
     return out
 
 
+def shares_storage_across(scope: str, loop: For) -> bool:
+    """Whether the threads of a thread-bound ``loop`` share one copy of a buffer in storage
+    ``scope``: a ``shared`` buffer belongs to a thread block, so every ``threadIdx.*`` (and
+    ``vthread``) iteration sees the same copy.  A ``local`` buffer is private to one thread;
+    a ``global`` one is left out here (its producer keeps the per-thread region, so the
+    threads of a grid never write one element redundantly)."""
+    binding = loop.thread_binding
+    if binding is None or scope != "shared":
+        return False
+    return binding.startswith("threadIdx") or binding == "vthread"
+
+
 def const_dom(loops: list[For]) -> dict:
     """``{loop_var: (lo, hi)}`` constant inclusive bounds of ``loops`` (outer to inner), for
     :func:`tensor_ir.arith.int_bound`; loops whose bounds are unknown are left out."""

@@ -1,13 +1,27 @@
 """Lowered PrimFunc -> CUDA C or OpenCL C kernel source: one printer, two dialects.
 
-    source = gpu_source(lower(sch.func), dialect="opencl")
+    source = gpu_source(lower_for_gpu(sch.func), dialect="opencl")
     source.code                 # the kernel text
     source.grid, source.block   # launch configuration, (x, y, z) each
+    module = gpu_module(lower_for_gpu(sch.func), dialect="cuda")   # one or more kernels
 
-The function body becomes one kernel.  Loops bound to ``blockIdx.x/y/z`` and
+A kernel's body is one statement of the function.  Loops bound to ``blockIdx.x/y/z`` and
 ``threadIdx.x/y/z`` are not printed as loops: each becomes its launch index (``blockIdx.x`` /
 ``get_group_id(0)``, ``threadIdx.x`` / ``get_local_id(0)``, plus the loop's min) and its extent
-goes into the launch configuration.  Every other loop (``vthread`` included) prints as ``for``.
+goes into the launch configuration.  Every other loop prints as ``for``; a loop bound to
+``vthread`` (a thread's strided share of the work, one virtual thread after another) and an
+unrolled loop carry ``#pragma unroll``.
+
+Several kernels.  A function whose top level is a sequence of nests (each stage bound to
+blockIdx / threadIdx on its own, with its own extents) prints, through :func:`gpu_module`, as
+one kernel per statement of the sequence, launched in that order: a kernel boundary is the
+only barrier across blocks.  Buffers allocated in global memory around the sequence are the
+module's temporaries, allocated on the device by the runtime.  :func:`gpu_source` prints a
+function that is one kernel.
+
+Cross-thread reductions are rewritten before lowering (:mod:`tensor_ir.thread_reduce`,
+through ``lower_for_gpu``); the printer sees only the per-thread loops, the shared-memory tree
+and the barriers between its steps.
 
 Barriers.  The rule is conservative and purely syntactic; it places ``__syncthreads()`` /
 ``barrier(CLK_LOCAL_MEM_FENCE)``:
@@ -22,6 +36,14 @@ A barrier must be reached by every thread of the block, so one that would sit un
 flow depending on a thread index (a predicate, a loop bound) is refused with a BuildError
 rather than printed (it would hang or be undefined).
 
+Vector accesses.  A vectorized loop of 2 or 4 lanes whose body is one store to a global
+float32 / int32 buffer at consecutive elements from an offset the lane count divides (a proof
+from the index's form) prints as one vector store (CUDA ``*(float4*)&C[i] = make_float4(...)``,
+OpenCL ``vstore4``), each load of the value meeting the same conditions as one vector load
+(``*(float4*)&A[i]``, ``vload4``) and the others lane by lane.  Any other vectorized loop (a
+predicate around the store, a stride, an offset not known to be aligned) prints as an
+unrolled scalar loop.
+
 Semantics kept from the IR: integer ``//`` and ``%`` are floor division and modulo (printed as
 C's ``/`` and ``%`` where both operands are provably non-negative, otherwise through small
 helper functions that also give ``x // 0 == 0``); ``Select`` evaluates only the chosen branch
@@ -33,7 +55,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import dtype as dt
 from ..buffer import Buffer
@@ -55,9 +77,11 @@ from ..expr import (
     binary,
 )
 from ..func import PrimFunc
+from ..simplify import simplify_expr
 from ..stmt import (
     THREAD_BINDING,
     UNROLLED,
+    VECTORIZED,
     Allocate,
     BufferStore,
     Evaluate,
@@ -66,12 +90,16 @@ from ..stmt import (
     LetStmt,
     SeqStmt,
 )
-from ..visitor import free_vars, walk
+from ..visitor import collect, free_vars, substitute, transform, uses_var, walk
 from .common import const_shape, flat_index
 
-__all__ = ["DIALECTS", "GPUParam", "GPUSource", "gpu_source"]
+__all__ = ["DIALECTS", "GPUModule", "GPUParam", "GPUSource", "gpu_module", "gpu_source",
+           "split_kernels"]
 
 DIALECTS = ("cuda", "opencl")
+
+# Element types with 2- and 4-lane vector types (float2/float4, int2/int4) in both dialects.
+_VECTOR_DTYPES = ("float32", "int32")
 
 # Launch axes, in the order of the grid / block tuples.
 _BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -81,10 +109,11 @@ _OPENCL_INDEX = {**{a: f"get_group_id({i})" for i, a in enumerate(_BLOCK_AXES)},
 
 _C_TYPES = {
     "cuda": {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",
-             "int64": "long long", "uint8": "unsigned char", "float32": "float",
-             "float64": "double"},
+             "int64": "long long", "uint8": "unsigned char", "float16": "half",
+             "float32": "float", "float64": "double"},
     "opencl": {"bool": "bool", "int8": "char", "int16": "short", "int32": "int",
-               "int64": "long", "uint8": "uchar", "float32": "float", "float64": "double"},
+               "int64": "long", "uint8": "uchar", "float16": "half", "float32": "float",
+               "float64": "double"},
 }
 
 # Math intrinsics: the IR's name -> (CUDA float32 name, CUDA float64 name / OpenCL name).
@@ -121,7 +150,11 @@ class GPUParam:
 
 @dataclass(frozen=True)
 class GPUSource:
-    """Kernel source text and how to launch it: ``grid`` blocks of ``block`` threads."""
+    """Kernel source text and how to launch it: ``grid`` blocks of ``block`` threads.
+
+    ``buffers`` says, for a kernel of a :class:`GPUModule`, which of the module's buffers
+    (its parameters, then its temporaries) each of ``params`` is; it is empty for a function
+    printed as one kernel, whose ``params`` are the function's parameters in order."""
 
     name: str
     dialect: str
@@ -129,10 +162,34 @@ class GPUSource:
     params: tuple
     grid: tuple
     block: tuple
+    buffers: tuple = ()
 
     @property
     def threads_per_block(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
+
+
+@dataclass(frozen=True)
+class GPUModule:
+    """A function printed as kernels launched one after another on the same device buffers.
+
+    ``params`` are the function's parameters (the caller's arrays); ``temps`` the buffers the
+    function allocates in global memory between kernels, which the runtime allocates on the
+    device; ``kernels`` the GPUSource of each kernel in launch order (each ``code`` a complete
+    translation unit on its own); ``code`` all of them in one text, helpers once."""
+
+    name: str
+    dialect: str
+    code: str
+    params: tuple
+    temps: tuple
+    kernels: tuple
+
+    @property
+    def buffers(self) -> tuple:
+        """Every buffer a kernel can take: ``params`` then ``temps`` (what ``buffers`` of a
+        kernel indexes)."""
+        return self.params + self.temps
 
 
 def gpu_source(func: PrimFunc, dialect: str = "cuda", name: str | None = None,
@@ -144,16 +201,99 @@ def gpu_source(func: PrimFunc, dialect: str = "cuda", name: str | None = None,
     loop with a non-constant extent, two bindings of one axis with different extents, more
     threads per block than ``max_threads_per_block``, more shared memory than
     ``max_shared_memory_per_block``, a global buffer allocated inside the kernel outside every
-    thread loop, a barrier needed under thread-dependent control flow, an unsupported dtype.
+    thread loop, a barrier needed under thread-dependent control flow, an unsupported dtype;
+    and for a function that needs several kernels or global temporaries (print it with
+    :func:`gpu_module`).
     """
+    module = gpu_module(func, dialect, name, max_threads_per_block,
+                        max_shared_memory_per_block)
+    if len(module.kernels) != 1 or module.temps:
+        temps = ", ".join(t.name for t in module.temps)
+        raise BuildError(f"gpu codegen: function {func.name} is {len(module.kernels)} kernels"
+                         + (f" with global temporaries {temps}" if temps else "")
+                         + "; print it with gpu_module")
+    return module.kernels[0]
+
+
+def gpu_module(func: PrimFunc, dialect: str = "cuda", name: str | None = None,
+               max_threads_per_block: int = 1024,
+               max_shared_memory_per_block: int | None = None) -> GPUModule:
+    """Print the lowered ``func`` as kernels launched in order (see the module docstring):
+    one per statement of the top-level sequence, the global buffers allocated around that
+    sequence becoming the module's temporaries.  The refusals are :func:`gpu_source`'s, per
+    kernel, and a ``shared`` or ``local`` buffer allocated around two kernels (its contents
+    cannot outlive a kernel)."""
     if dialect not in DIALECTS:
         raise BuildError(f"gpu codegen: unknown dialect {dialect!r}; expected one of "
                          f"{', '.join(DIALECTS)}")
     if not func.attr("lowered"):
         raise BuildError(f"gpu codegen: function {func.name} is not lowered; call "
-                         "tensor_ir.lower.lower first")
-    printer = _Printer(dialect, max_threads_per_block, max_shared_memory_per_block)
-    return printer.print_func(func, name or func.name)
+                         "tensor_ir.thread_reduce.lower_for_gpu (or tensor_ir.lower.lower) "
+                         "first")
+    base = name or func.name
+    base = "main_kernel" if base == "main" else base
+    temps, stmts = split_kernels(func.body)
+    written = _buffers(func.body, BufferStore)
+    params = tuple(GPUParam(b.name, const_shape(b, "gpu codegen"), b.dtype, b in written)
+                   for b in func.params)
+    gtemps = tuple(GPUParam(b.name, const_shape(b, "gpu codegen"), b.dtype, True)
+                   for b in temps)
+    everything = list(func.params) + temps
+    kernels, preamble, helpers, kernel_texts = [], [], [], []
+    for i, stmt in enumerate(stmts):
+        printer = _Printer(dialect, max_threads_per_block, max_shared_memory_per_block)
+        if len(stmts) == 1 and not temps:
+            args, indices = list(func.params), ()
+        else:
+            used = _buffers(stmt, BufferStore) | _buffers(stmt, BufferLoad)
+            indices = tuple(j for j, b in enumerate(everything) if b in used)
+            args = [everything[j] for j in indices]
+        entry = base if len(stmts) == 1 else f"{base}_kernel{i}"
+        source, lines, helper, text = printer.print_kernel(
+            stmt, entry, args, written, base if len(stmts) == 1 else entry)
+        kernels.append(replace(source, buffers=indices))
+        helpers.extend(h for h in helper if h not in helpers)
+        kernel_texts.append(text)
+        preamble.extend(line for line in lines if line not in preamble)
+    code = "\n".join(preamble + helpers + kernel_texts) + "\n"
+    return GPUModule(base, dialect, code, params, gtemps, tuple(kernels))
+
+
+def split_kernels(body) -> tuple[list, list]:
+    """(global temporaries, kernel bodies): the global buffers allocated around the top-level
+    sequence, and its statements, each wrapped in the other buffers allocated around it that
+    it uses."""
+    temps, others = [], []
+    while isinstance(body, Allocate):
+        (temps if body.buffer.scope == "global" else others).append(body.buffer)
+        body = body.body
+    stmts = list(body.stmts) if isinstance(body, SeqStmt) else [body]
+    if len(stmts) == 1 and not temps:
+        # One kernel: its allocations stay where they were (a global one among them is
+        # refused by the printer, as before).
+        return [], [_wrap(body, others)]
+    users: dict = {}
+    for i, stmt in enumerate(stmts):
+        used = _buffers(stmt, BufferStore) | _buffers(stmt, BufferLoad)
+        for buf in others:
+            if buf in used:
+                users.setdefault(buf, []).append(i)
+    for buf, where in users.items():
+        if len(where) > 1:
+            raise BuildError(f"gpu codegen: buffer {buf.name} (scope {buf.scope}) is used by "
+                             f"{len(where)} kernels (top-level statements {where}); its "
+                             "contents do not outlive a kernel: give it scope 'global' or "
+                             "compute it inside each kernel")
+    out = []
+    for i, stmt in enumerate(stmts):
+        out.append(_wrap(stmt, [b for b in others if users.get(b) == [i]]))
+    return temps, out
+
+
+def _wrap(stmt, buffers: list):
+    for buf in reversed(buffers):
+        stmt = Allocate(buf, stmt)
+    return stmt
 
 
 def _buffers(node, cls) -> set:
@@ -178,6 +318,7 @@ class _Printer:
         self.lines: list[str] = []
         self.depth = 1
         self.in_threads = 0  # threadIdx loops around the statement being printed
+        self.dtypes: set[str] = set()  # dtypes printed (for the includes / extensions)
 
     # -- names and types --------------------------------------------------------------------------
     def name_of(self, key, hint: str) -> str:
@@ -197,10 +338,13 @@ class _Printer:
 
     def ctype(self, dtype: str, what: str) -> str:
         try:
-            return _C_TYPES[self.dialect][dtype]
+            ctype = _C_TYPES[self.dialect][dtype]
         except KeyError:
             raise BuildError(f"gpu codegen: dtype {dtype} of {what} is not supported in "
-                             f"{self.dialect} (float32, float64 and integer types are)") from None
+                             f"{self.dialect} (float16, float32, float64 and integer types "
+                             "are)") from None
+        self.dtypes.add(dtype)
+        return ctype
 
     def emit(self, text: str) -> None:
         self.lines.append("  " * self.depth + text)
@@ -209,12 +353,15 @@ class _Printer:
         return "__syncthreads();" if self.dialect == "cuda" else "barrier(CLK_LOCAL_MEM_FENCE);"
 
     # -- function ---------------------------------------------------------------------------------
-    def print_func(self, func: PrimFunc, name: str) -> GPUSource:
+    def print_kernel(self, body, entry: str, params: list, written: set,
+                     func_name: str) -> tuple[GPUSource, list[str], list[str], str]:
+        """One kernel over ``body`` taking ``params`` (Buffers, in order): its GPUSource, the
+        lines its text starts with (includes, extension pragmas), its helper functions' text,
+        and the text of the kernel alone (for a module's combined source)."""
         # NOTE: C reserves "main" (nvcc requires it to return int), the usual PrimFunc name.
-        entry = self.name_of("__entry__", "main_kernel" if name == "main" else name)
-        written = _buffers(func.body, BufferStore)
-        params, args = [], []
-        for buf in func.params:
+        entry = self.name_of("__entry__", entry)
+        gparams, args = [], []
+        for buf in params:
             shape = const_shape(buf, "gpu codegen")
             ctype = self.ctype(buf.dtype, f"parameter {buf.name}")
             if self.dialect == "opencl" and buf.dtype == "bool":
@@ -222,13 +369,13 @@ class _Printer:
                 raise BuildError(f"gpu codegen: parameter {buf.name} is bool, which an OpenCL "
                                  "kernel cannot take; cast it to uint8")
             pname = self.name_of(buf, buf.name)
-            params.append(GPUParam(buf.name, shape, buf.dtype, buf in written))
+            gparams.append(GPUParam(buf.name, shape, buf.dtype, buf in written))
             if self.dialect == "cuda":
                 args.append(f"{ctype}* __restrict__ {pname}")
             else:
                 args.append(f"__global {ctype}* restrict {pname}")
-        self.stmt(func.body, divergent=False)
-        body = self.lines
+        self.stmt(body, divergent=False)
+        body_lines = self.lines
         self.lines = []
         self._check_shared()
         for buf in self.shared:
@@ -244,16 +391,19 @@ class _Printer:
         if threads > self.max_threads:
             loops = ", ".join(f"{self.launch[a][1]} ({a}, {self.launch[a][0]})"
                               for a in _THREAD_AXES if a in self.launch)
-            raise BuildError(f"gpu codegen: kernel {name} has {threads} threads per block, "
+            raise BuildError(f"gpu codegen: kernel {func_name} has {threads} threads per block, "
                              f"above the target's {self.max_threads}; loops {loops}")
-        text = []
-        if self.dialect == "opencl" and any(p.dtype == "float64" for p in params):
-            text.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-        text.extend(self._helper_text())
-        text.append(head + ", ".join(args) + ") {")
-        text.extend(decls + body)
-        text.append("}")
-        return GPUSource(entry, self.dialect, "\n".join(text) + "\n", tuple(params), grid, block)
+        preamble = []
+        if "float64" in self.dtypes and self.dialect == "opencl":
+            preamble.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+        if "float16" in self.dtypes:
+            preamble.append("#include <cuda_fp16.h>" if self.dialect == "cuda"
+                            else "#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+        helpers = self._helper_text()
+        kernel = [head + ", ".join(args) + ") {", *decls, *body_lines, "}"]
+        code = "\n".join(preamble + helpers + kernel) + "\n"
+        source = GPUSource(entry, self.dialect, code, tuple(gparams), grid, block)
+        return source, preamble, helpers, "\n".join(kernel)
 
     def _check_shared(self) -> None:
         if self.max_shared is None:
@@ -345,12 +495,16 @@ class _Printer:
             raise BuildError(f"gpu codegen: shared buffer(s) {names} need a barrier under "
                              "control flow that depends on the thread index; not every "
                              "thread would reach it")
+        if self.lines and self.lines[-1].strip() == self.barrier():
+            return  # the statement just printed ended with one: nothing ran since
         self.emit(self.barrier())
 
     def loop(self, s: For, divergent: bool) -> None:
         axis = s.thread_binding if s.kind == THREAD_BINDING else None
         if axis in _BLOCK_AXES or axis in _THREAD_AXES:
             self.bound_loop(s, axis, divergent)
+            return
+        if s.kind == VECTORIZED and self.vector_loop(s):
             return
         name = self.name_of(s.loop_var, s.loop_var.name)
         ctype = self.ctype(s.loop_var.dtype, f"loop {s.loop_var.name}")
@@ -361,7 +515,11 @@ class _Printer:
         bounds_vary = self.depends_on_thread(s.min) or self.depends_on_thread(s.extent)
         if bounds_vary:
             self.thread_vars.add(s.loop_var)
-        if s.kind == UNROLLED:
+        # A vthread loop is the thread's strided share of work, run one virtual thread after
+        # another: unrolled, its iterations' independent loads and arithmetic interleave.  A
+        # vectorized loop that is not one vector store is unrolled into its scalar lanes.
+        if s.kind == UNROLLED or (s.kind == VECTORIZED or axis == "vthread") \
+                and isinstance(s.extent, IntImm):
             self.emit("#pragma unroll")
         self.emit(f"for ({ctype} {name} = {begin}; {name} < {end}; ++{name}) {{")
         inner = divergent or bounds_vary
@@ -374,6 +532,83 @@ class _Printer:
             self.sync(reads & writes, inner)
             self.depth -= 1
         self.emit("}")
+
+    def vector_loop(self, s: For) -> bool:
+        """Print the vectorized loop ``s`` as vector loads and one vector store (see the module
+        docstring), or return False for the caller to print it as a scalar loop."""
+        lanes = s.extent.value if isinstance(s.extent, IntImm) else 0
+        store = s.body
+        v = s.loop_var
+        if lanes not in (2, 4) or not isinstance(s.min, IntImm) or not isinstance(
+                store, BufferStore) or store.buffer.dtype not in _VECTOR_DTYPES:
+            return False
+        start = s.min.value
+
+        def vector_base(buf, indices):
+            """The flat offset of lane 0 when lanes are consecutive elements from an offset
+            that is a multiple of the lane count, else None."""
+            # Global memory only: its allocations are aligned to the vector, a shared or
+            # per-thread array need not be.
+            if buf.dtype not in _VECTOR_DTYPES or buf.scope != "global":
+                return None
+            flat = flat_index(buf, indices, "gpu codegen")
+            at = [simplify_expr(substitute(flat, {v: IntImm(start + lane, v.dtype)}))
+                  for lane in range(lanes)]
+            for lane in range(1, lanes):
+                step = simplify_expr(binary("-", at[lane], at[0]))
+                if not (isinstance(step, IntImm) and step.value == lane):
+                    return None
+            return at[0] if _multiple_of(at[0], lanes) else None
+
+        base = vector_base(store.buffer, store.indices)
+        if base is None or uses_var(base, v):
+            return False
+        vloads = {}  # load -> (buffer, base, temp name)
+        for load in collect(store.value, BufferLoad):
+            if load in vloads or not uses_var(load, v):
+                continue
+            load_base = vector_base(load.buffer, load.indices)
+            if load_base is not None:
+                vloads[load] = (load.buffer, load_base, None)
+        self.emit("{")
+        self.depth += 1
+        comps = "xyzw"
+        lane_vars = {}
+        for load, (buf, load_base, _) in vloads.items():
+            vtype = f"{self.ctype(buf.dtype, buf.name)}{lanes}"
+            temp = self.name_of(("vector", load), f"{buf.name}_v")
+            self.emit(f"const {vtype} {temp} = {self.vector_load(buf, load_base, lanes)};")
+            lane_vars[load] = []
+            for lane in range(lanes):
+                var = Var(f"{temp}_{lane}", buf.dtype)
+                self.names[var] = f"{temp}.{comps[lane]}"
+                lane_vars[load].append(var)
+        values = []
+        for lane in range(lanes):
+            value = transform(store.value, lambda n, lane=lane: lane_vars[n][lane]
+                              if isinstance(n, BufferLoad) and n in lane_vars else None)
+            value = simplify_expr(substitute(value, {v: IntImm(start + lane, v.dtype)}))
+            values.append(_strip(self.expr(value)))
+        vtype = f"{self.ctype(store.buffer.dtype, store.buffer.name)}{lanes}"
+        name = self.name_of(store.buffer, store.buffer.name)
+        offset = _strip(self.expr(base))
+        if self.dialect == "cuda":
+            self.emit(f"*({vtype}*)&{name}[{offset}] = make_{vtype}({', '.join(values)});")
+        else:
+            self.emit(f"vstore{lanes}(({vtype})({', '.join(values)}), 0, {name} + {offset});")
+        self.depth -= 1
+        self.emit("}")
+        return True
+
+    def vector_load(self, buf: Buffer, base: PrimExpr, lanes: int) -> str:
+        vtype = f"{self.ctype(buf.dtype, buf.name)}{lanes}"
+        name = self.name_of(buf, buf.name)
+        offset = _strip(self.expr(base))
+        if self.dialect == "cuda":
+            # NOTE: the offset is a multiple of the lane count and device allocations are
+            # aligned, so the vector access is aligned as the hardware requires.
+            return f"*({vtype}*)&{name}[{offset}]"
+        return f"vload{lanes}(0, {name} + {offset})"
 
     def bound_loop(self, s: For, axis: str, divergent: bool) -> None:
         loop = s.loop_var.name
@@ -486,6 +721,12 @@ class _Printer:
         return f"(({self.ctype(e.dtype, 'constant')}){e.value})"
 
     def float_literal(self, e: FloatImm) -> str:
+        if e.dtype == "float16":
+            # A float literal converted: C has no half literal, and CUDA's __half mixed with
+            # a double in arithmetic is ambiguous.
+            self.ctype("float16", "constant")
+            single = self.float_literal(FloatImm(e.value, "float32"))
+            return f"__float2half({single})" if self.dialect == "cuda" else f"((half){single})"
         value = e.value
         suffix = "f" if e.dtype == "float32" else ""
         self.ctype(e.dtype, "constant")
@@ -520,12 +761,23 @@ class _Printer:
                 raise BuildError(f"gpu codegen: '/' on {dtype}; integer division is '//'")
             return self.infix("/", e.a, e.b)
         if op in ("min", "max"):
+            if dtype == "float16":
+                # Through float32 (the NaN-propagating helper), exactly: both round-trip.
+                self.ctype(dtype, op)
+                self.float_helpers.add("float")
+                return self.half_of(f"nan_{op}_float({self.as_float(e.a)}, "
+                                    f"{self.as_float(e.b)})"), 98
             if dt.is_float(dtype):
                 ctype = self.ctype(dtype, op)
                 self.float_helpers.add(ctype)
                 name = f"nan_{op}_{ctype}"
             else:
-                name = op
+                # Both operands of the result's type: a literal is an int, and min(long, int)
+                # is ambiguous among OpenCL's (and CUDA's) overloads.
+                ctype = self.ctype(dtype, op)
+                a = f"({ctype}){_paren(self.expr(e.a), 98)}"
+                b = f"({ctype}){_paren(self.expr(e.b), 98)}"
+                return f"{op}({a}, {b})", 99
             return f"{name}({_strip(self.expr(e.a))}, {_strip(self.expr(e.b))})", 99
         if op in ("//", "%"):
             if dt.is_float(dtype):
@@ -548,11 +800,31 @@ class _Printer:
         src, dst = e.value.dtype, e.dtype
         if src == dst:
             return self.expr(e.value)
+        if src == "float16" and dst != "float32":
+            # From half through float: CUDA's __half converts implicitly to float only.
+            return self.cast(Cast(dst, Cast("float32", e.value)))
         if dst == "bool":
             return f"{_paren(self.expr(e.value), 4)} != 0", 3
+        if dst == "float16" and self.dialect == "cuda":
+            src_text = _paren(self.expr(e.value), 98)
+            return f"__float2half((float){src_text})", 98
         return f"({self.ctype(dst, 'cast')}){_paren(self.expr(e.value), 98)}", 98
 
+    def as_float(self, e: PrimExpr) -> str:
+        """The float16 ``e`` as a float expression."""
+        return f"(float){_paren(self.expr(e), 98)}"
+
+    def half_of(self, text: str) -> str:
+        """The float expression ``text`` rounded to half."""
+        return f"__float2half({text})" if self.dialect == "cuda" else f"(half)({text})"
+
     def call(self, e: Call) -> tuple[str, int]:
+        if e.dtype == "float16":
+            # Half math through the float32 intrinsics (CUDA's h-prefixed ones cover few).
+            widened = Call(e.name, tuple(Cast("float32", a) if a.dtype == "float16" else a
+                                         for a in e.args), "float32")
+            self.ctype("float16", f"intrinsic {e.name}")
+            return self.half_of(_strip(self.call(widened))), 98
         if e.dtype not in ("float32", "float64"):
             raise BuildError(f"gpu codegen: intrinsic {e.name} on {e.dtype} is not supported")
         args = [_strip(self.expr(a)) for a in e.args]
@@ -565,6 +837,21 @@ class _Printer:
             raise BuildError(f"gpu codegen: unknown intrinsic {e.name!r}")
         name = _MATH[e.name] + ("f" if single else "")
         return f"{name}({', '.join(args)})", 99
+
+
+def _multiple_of(e: PrimExpr, n: int) -> bool:
+    """A proof that the integer ``e`` is a multiple of ``n`` (sums, differences and products
+    of constants and multiples)."""
+    if isinstance(e, IntImm):
+        return e.value % n == 0
+    if isinstance(e, Cast):
+        return _multiple_of(e.value, n)
+    if isinstance(e, BinOp):
+        if e.op in ("+", "-"):
+            return _multiple_of(e.a, n) and _multiple_of(e.b, n)
+        if e.op == "*":
+            return _multiple_of(e.a, n) or _multiple_of(e.b, n)
+    return False
 
 
 def _paren(text_prec: tuple[str, int], need: int) -> str:

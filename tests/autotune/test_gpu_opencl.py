@@ -12,7 +12,7 @@ from tensor_ir.target import Target, TargetError
 
 pytest.importorskip("pyopencl")
 
-from autotune.gpu import GPUKernel, build_gpu, opencl_available  # noqa: E402
+from autotune.gpu import GPUKernel, build_gpu, opencl_available
 
 pytestmark = pytest.mark.skipif(not opencl_available(), reason="no OpenCL device (PoCL)")
 
@@ -74,3 +74,102 @@ def test_min_and_max_propagate_nan_like_numpy():
     out = np.zeros_like(data)
     autotune.build(sch.func, target="opencl")(data, out)
     np.testing.assert_array_equal(out, np.maximum(data, 0) + np.minimum(data, 1))
+
+
+@pytest.mark.parametrize("cache", [True, False])
+@pytest.mark.parametrize("n,m,k,vthreads", [(16, 16, 8, 2), (13, 10, 7, 2), (8, 27, 5, 3)])
+def test_vthread_matmul_matches_numpy(n, m, k, vthreads, cache):
+    from tests.tensor_ir.test_gpu_c import vthread_matmul
+
+    func = vthread_matmul(n, m, k, vthreads, cache=cache)
+    rng = np.random.default_rng(n * m + k)
+    x = rng.standard_normal((n, k)).astype("float32")
+    y = rng.standard_normal((k, m)).astype("float32")
+    out = np.zeros((n, m), "float32")
+    kernel = autotune.build(func, target="opencl")
+    # The vthread loops are unrolled, inside the thread's launch indices.
+    assert kernel.get_source().count("#pragma unroll") >= 2
+    kernel(x, y, out)
+    np.testing.assert_allclose(out, x @ y, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n,k,m", [(9, 6, 11), (8, 16, 8), (3, 37, 5)])
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_int8_matmul_accumulates_in_int32(n, k, m, dtype):
+    from tests.tensor_ir.test_gpu_c import typed_matmul
+
+    func = typed_matmul(n, k, m, dtype, "int32")
+    rng = np.random.default_rng(n + k + m)
+    low, high = (-128, 128) if dtype == "int8" else (0, 256)
+    x = rng.integers(low, high, (n, k)).astype(dtype)
+    y = rng.integers(low, high, (k, m)).astype(dtype)
+    out = np.zeros((n, m), "int32")
+    autotune.build(func, target="opencl")(x, y, out)
+    # Products of int8 overflow int8 and their sums int16: exact only in int32.
+    np.testing.assert_array_equal(out, x.astype("int32") @ y.astype("int32"))
+
+
+def test_float16_needs_cl_khr_fp16():
+    from autotune.gpu import _context
+    from tests.tensor_ir.test_gpu_c import typed_matmul
+
+    func = typed_matmul(9, 6, 11, "float16", "float16")
+    context, _ = _context(None)
+    if "cl_khr_fp16" not in context.devices[0].extensions.split():
+        with pytest.raises(BuildError, match="lacks the cl_khr_fp16 extension"):
+            autotune.build(func, target="opencl")
+        return
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((9, 6)).astype("float16")
+    y = rng.standard_normal((6, 11)).astype("float16")
+    out = np.zeros((9, 11), "float16")
+    autotune.build(func, target="opencl")(x, y, out)
+    want = x.astype("float32") @ y.astype("float32")
+    np.testing.assert_allclose(out.astype("float32"), want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("rows,cols,lanes,shift,dtype", [
+    (3, 16, 4, 0, "float32"), (3, 16, 4, 1, "float32"), (3, 10, 4, 0, "float32"),
+    (5, 6, 2, 0, "int32"), (4, 7, 2, 1, "float32"), (2, 32, 4, 0, "int32")])
+def test_vectorized_loops_match_numpy(rows, cols, lanes, shift, dtype):
+    from tests.tensor_ir.test_gpu_c import vector_add
+
+    rng = np.random.default_rng(rows * cols)
+    x = (rng.standard_normal((rows, cols + shift)) * 10).astype(dtype)
+    y = (rng.standard_normal((rows, cols)) * 10).astype(dtype)
+    out = np.zeros((rows, cols), dtype)
+    kernel = autotune.build(vector_add(rows, cols, lanes, shift, dtype), target="opencl")
+    assert (f"vstore{lanes}" in kernel.get_source()) == (cols % lanes == 0)
+    kernel(x, y, out)
+    want = x[:, shift:] * np.array(2, dtype) + y + y[:, :1]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_build_refuses_a_loop_every_thread_would_repeat():
+    # Rows over blocks, and a thread loop whose index the store does not use: all four threads
+    # of a block would write the whole row.  No primitive makes such a loop (bind refuses a
+    # loop that carries a dependence), so it is wrapped around the row by hand.
+    from schedules.schedule import Schedule
+    from tensor_ir import te
+    from tensor_ir.codegen.gpu_verify import RedundantStoreError
+    from tensor_ir.expr import IntImm, Var
+    from tensor_ir.func import PrimFunc
+    from tensor_ir.stmt import THREAD_BINDING, For
+    from tensor_ir.visitor import transform
+
+    a = te.placeholder((6, 5), name="A")
+    c = te.compute((6, 5), lambda i, j: a[i, j] * 2.0, name="C")
+    sch = Schedule(te.create_prim_func([a, c], name="repeat"))
+    sch.bind(sch.get_loops(sch.get_block("C"))[0], "blockIdx.x")
+
+    def wrap(n):
+        if isinstance(n, For) and n.thread_binding == "blockIdx.x":
+            threads = For(Var("tx"), IntImm(0), IntImm(4), THREAD_BINDING, n.body,
+                          "threadIdx.x")
+            return For(n.loop_var, n.min, n.extent, n.kind, threads, n.thread_binding)
+        return None
+
+    func = sch.func
+    broken = PrimFunc(func.params, transform(func.body, wrap), func.name, func.attrs)
+    with pytest.raises(RedundantStoreError, match=r"C.*threadIdx\.x"):
+        build_gpu(broken, "opencl")
