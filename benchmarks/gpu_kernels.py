@@ -20,11 +20,15 @@ import numpy as np
 
 from benchmarks.gpu_schedules import (
     conv2d_nchw,
+    cooperative_matmul,
+    cross_thread_row_sum,
     depthwise_conv2d_nchw,
     elementwise_add,
+    layer_norm_block_rows,
     layer_norm_rows,
     matmul_register_tile,
     row_sum,
+    softmax_block_rows,
     softmax_rows,
     tiled_matmul,
     transpose_shared,
@@ -58,6 +62,18 @@ CASES = {
                          ref_softmax),
     "layer_norm_4096x256": (layer_norm_rows, {"rows": 4096, "cols": 256, "threads": 64},
                             ref_layer_norm),
+    # The same operations with a block per row (or per C tile) and the work shared by its
+    # threads: cross-thread reductions, cooperative shared-memory fetches.
+    "matmul_coop_256_t8_k8": (cooperative_matmul, {"n": 256, "threads": 8, "k_tile": 8},
+                              lambda a, b: a @ b),
+    "row_sum_xthread_4096x1024": (cross_thread_row_sum,
+                                  {"rows": 4096, "cols": 1024, "threads": 64},
+                                  lambda a: a.sum(axis=1)),
+    "softmax_xthread_4096x256": (softmax_block_rows, {"rows": 4096, "cols": 256, "threads": 64},
+                                 ref_softmax),
+    "layer_norm_xthread_4096x256": (layer_norm_block_rows,
+                                    {"rows": 4096, "cols": 256, "threads": 64},
+                                    ref_layer_norm),
 }
 
 
