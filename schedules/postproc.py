@@ -84,7 +84,7 @@ class DecomposeReductions(Postproc):
         for loc in tree.all_blocks(sch.func):
             realize: BlockRealize = loc.node
             block: Block = realize.block
-            if block.init is None:
+            if block.init is None or self.keeps_init(loc):
                 continue
             reduce_vals = [v for iv, v in zip(block.iter_vars, realize.iter_values)
                            if iv.kind == REDUCE]
@@ -99,6 +99,23 @@ class DecomposeReductions(Postproc):
             except ScheduleError:
                 continue  # e.g. a loop binds spatial and reduce variables; keep the init
         return True
+
+    def keeps_init(self, loc: tree.Located) -> bool:
+        """Whether the reduction block at ``loc`` must keep its init (none must here)."""
+        return False
+
+
+class DecomposeReductionsGPU(DecomposeReductions):
+    """DecomposeReductions, except for cross-thread reductions (a reduction loop bound to a
+    thread axis): the GPU lowering (tensor_ir.thread_reduce) needs such a block whole, its
+    init inside, to know the identity each thread starts its share from."""
+
+    def keeps_init(self, loc: tree.Located) -> bool:
+        realize: BlockRealize = loc.node
+        reduce_vals = [v for iv, v in zip(realize.block.iter_vars, realize.iter_values)
+                       if iv.kind == REDUCE]
+        return any(isinstance(n, For) and n.kind == THREAD_BINDING
+                   and any(_uses(v, n.loop_var) for v in reduce_vals) for n in loc.path)
 
 
 def _uses(expr, var) -> bool:
@@ -378,7 +395,7 @@ def default_postprocs(target: Target) -> list[Postproc]:
         raise ScheduleError(f"default_postprocs takes a resolved Target, got "
                             f"{type(target).__name__}")
     if target.is_gpu:
-        procs: list[Postproc] = [DecomposeReductions(), RewriteParallelVectorizeUnroll(),
+        procs: list[Postproc] = [DecomposeReductionsGPU(), RewriteParallelVectorizeUnroll(),
                                  VerifyGPU()]
     else:
         procs = [DecomposeReductions(), RewriteParallelVectorizeUnroll(), VerifyCPU()]
@@ -426,6 +443,7 @@ def strip_postproc(trace: Trace) -> Trace:
     return trace
 
 
-__all__ = ["Postproc", "DecomposeReductions", "RewriteParallelVectorizeUnroll", "VerifyCPU",
+__all__ = ["Postproc", "DecomposeReductions", "DecomposeReductionsGPU",
+           "RewriteParallelVectorizeUnroll", "VerifyCPU",
            "VerifyGPU", "default_postprocs", "apply_postprocs", "replay", "strip_postproc",
            "verify_cpu", "verify_gpu", "POSTPROC_MARKER"]

@@ -20,14 +20,24 @@ Rules for CPUs (the order of ``default_rules``, as in MetaSchedule):
     parallel_vectorize_unroll annotate the root block with sampled parallel extent and unroll
                               step (realised by schedules.postproc)
     random_compute_location   sampled compute_at of producers that were not tiled or inlined
+
+Rules for GPUs (``cuda``, ``opencl``), in order:
+
+    auto_inline               as for CPUs
+    cross_thread_reduction    row reductions over the threads of a block (one block per row),
+                              with their per-row consumer in the same kernel
+    auto_bind                 fuse, split by a sampled threads-per-block and bind to
+                              blockIdx.x / threadIdx.x every block left unbound
 """
 from __future__ import annotations
 
 from tensor_ir.target import Target
 
 from ..errors import ScheduleError
+from .auto_bind import AutoBind
 from .auto_inline import AutoInline
 from .base import ScheduleRule, try_on_copy
+from .cross_thread_reduction import CrossThreadReduction
 from .multi_level_tiling import MultiLevelTiling
 from .parallel_vectorize_unroll import ParallelVectorizeUnroll
 from .random_compute_location import RandomComputeLocation
@@ -37,12 +47,18 @@ from .rfactor import AddRFactor
 _REGISTRY = {"auto_inline": AutoInline, "rfactor": AddRFactor,
              "multi_level_tiling": MultiLevelTiling,
              "parallel_vectorize_unroll": ParallelVectorizeUnroll,
-             "random_compute_location": RandomComputeLocation}
+             "random_compute_location": RandomComputeLocation,
+             "cross_thread_reduction": CrossThreadReduction, "auto_bind": AutoBind}
+
+_CPU_RULES = ("auto_inline", "rfactor", "multi_level_tiling", "parallel_vectorize_unroll",
+              "random_compute_location")
+_GPU_RULES = ("auto_inline", "cross_thread_reduction", "auto_bind")
 
 
 def create(kind: str | ScheduleRule, **options) -> ScheduleRule:
     """A rule by its short name ("auto_inline", "rfactor", "multi_level_tiling",
-    "parallel_vectorize_unroll", "random_compute_location") or an instance passed through."""
+    "parallel_vectorize_unroll", "random_compute_location", "cross_thread_reduction",
+    "auto_bind") or an instance passed through."""
     if isinstance(kind, ScheduleRule):
         if options:
             raise ScheduleError(f"create: options {sorted(options)} given with a rule instance")
@@ -54,15 +70,19 @@ def create(kind: str | ScheduleRule, **options) -> ScheduleRule:
 
 
 def default_rules(target: Target) -> list[ScheduleRule]:
-    """The CPU rule set, in application order, initialised for ``target``."""
+    """The rule set of ``target``'s kind (CPU or GPU), in application order, initialised for
+    it."""
     if not isinstance(target, Target):
         raise ScheduleError(f"default_rules takes a resolved Target, got "
                             f"{type(target).__name__}")
-    if not target.is_cpu:
-        raise ScheduleError(f"default_rules: only CPU (llvm) targets have a rule set yet, got "
-                            f"{target}")
-    rules = [create(k) for k in ("auto_inline", "rfactor", "multi_level_tiling",
-                                 "parallel_vectorize_unroll", "random_compute_location")]
+    if target.is_cpu:
+        names = _CPU_RULES
+    elif target.is_gpu:
+        names = _GPU_RULES
+    else:
+        raise ScheduleError(f"default_rules: no rule set for target kind {target.kind!r} "
+                            f"({target})")
+    rules = [create(k) for k in names]
     for rule in rules:
         rule.initialize(target)
     return rules

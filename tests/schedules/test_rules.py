@@ -392,8 +392,9 @@ def test_create_and_default_rules():
         create("tile_everything")
     rule = AutoInline()
     assert create(rule) is rule
-    with pytest.raises(ScheduleError, match="only CPU"):
-        default_rules(Target("cuda -arch=sm_80"))
+    # GPU targets have their own set (schedules.rules: auto_bind, cross_thread_reduction).
+    assert [r.name for r in default_rules(Target("cuda -arch=sm_80"))] == [
+        "auto_inline", "cross_thread_reduction", "auto_bind"]
 
 
 # -- post-processors -------------------------------------------------------------------------
