@@ -8,7 +8,9 @@ write them (opset 11 to 21).  Shape arithmetic (Shape, Gather, Unsqueeze, Concat
 constants) is evaluated while importing, so a Reshape whose target shape is computed from
 ``x.shape`` sees a constant.  Any operator, attribute value or non-constant argument the
 importer does not handle raises :class:`UnsupportedOperatorError` naming the operator and the
-node; an invalid model (an attribute or input outside ONNX's schema, a zero stride, an axis out
+node; operator types it has no converter for are found before any node is converted and raised
+together, as :class:`UnsupportedOperatorsError`, each with the nodes that use it.  An invalid
+model (an attribute or input outside ONNX's schema, a zero stride, an axis out
 of range, a tensor above ``max_elements``) raises :class:`FrontendError` naming the node and the
 attribute.  The converters, one per ONNX op type, live in ``onnx_converters``.
 """
@@ -26,7 +28,8 @@ from ..graph.operators import get_op
 from ..graph.types import TensorType, contiguous
 from .onnx_converters import ARITY, CONVERTERS, value_dtype
 
-__all__ = ["from_onnx", "SUPPORTED_OPS", "DEFAULT_MAX_ELEMENTS"]
+__all__ = ["from_onnx", "SUPPORTED_OPS", "DEFAULT_MAX_ELEMENTS", "UnsupportedOperatorsError",
+           "operator_report", "main"]
 
 # The most elements of any one tensor the importer creates or types, and of all the constants it
 # holds together.  2**31 float32 elements are 8 GiB: far above any weight or activation of the
@@ -75,6 +78,42 @@ def _check_input_shapes(input_shapes) -> dict[str, tuple[int, ...]]:
                                 f"below 1")
         shapes[name] = tuple(int(d) for d in shape)
     return shapes
+
+
+class UnsupportedOperatorsError(UnsupportedOperatorError):
+    """A model uses operator types the importer has no converter for.
+
+    ``operators`` maps each such op type (``domain.op_type`` outside the default domain) to
+    the names of the nodes using it, in graph order, so that one import attempt shows
+    everything a model is missing rather than the first gap only."""
+
+    def __init__(self, operators: Mapping[str, list[str]]):
+        self.operators = {op: list(nodes) for op, nodes in operators.items()}
+        lines = []
+        for op, nodes in self.operators.items():
+            shown = ", ".join(repr(n) for n in nodes[:8])
+            more = f" and {len(nodes) - 8} more" if len(nodes) > 8 else ""
+            lines.append(f"  {op}: {len(nodes)} node(s): {shown}{more}")
+        super().__init__(f"the model uses {len(self.operators)} unsupported ONNX operator "
+                         f"type(s):\n" + "\n".join(lines) +
+                         f"\nsupported operators: {', '.join(sorted(CONVERTERS))}")
+
+
+def _op_key(node) -> str:
+    """The operator a node names: its op type, prefixed by its domain outside ONNX's."""
+    if node.domain in ("", "ai.onnx"):
+        return node.op_type
+    return f"{node.domain}.{node.op_type}"
+
+
+def _unsupported_nodes(graph) -> dict[str, list[str]]:
+    """{op key: node names} of the nodes of ``graph`` no converter handles."""
+    missing: dict[str, list[str]] = {}
+    for index, node in enumerate(graph.node):
+        key = _op_key(node)
+        if key not in CONVERTERS:
+            missing.setdefault(key, []).append(node.name or f"{node.op_type}_{index}")
+    return missing
 
 
 class Importer:
@@ -350,16 +389,11 @@ class Importer:
                 raise FrontendError(f"graph input {vi.name!r} is listed twice")
             self.values[vi.name] = self.builder.input(vi.name, *self._input_type(vi))
         self.used = {v for n in graph.node for v in n.input} | {o.name for o in graph.output}
+        missing = _unsupported_nodes(graph)
+        if missing:
+            raise UnsupportedOperatorsError(missing)
         for self.index, self.node in enumerate(graph.node):
-            if self.node.domain not in ("", "ai.onnx"):
-                raise UnsupportedOperatorError(
-                    f"ONNX operator {self.node.domain}.{self.node.op_type} in {self.where()}: "
-                    f"only the default ONNX domain is supported")
-            convert = CONVERTERS.get(self.node.op_type)
-            if convert is None:
-                raise UnsupportedOperatorError(
-                    f"ONNX operator {self.node.op_type} in {self.where()} is not supported; "
-                    f"supported operators: {', '.join(sorted(CONVERTERS))}")
+            convert = CONVERTERS[self.node.op_type]
             self.check_schema()
             self.check_arity()
             convert(self)
@@ -430,14 +464,21 @@ _ONNX_TYPE_NAMES = {"bool": "bool", "int8": "int8", "int16": "int16", "int32": "
 SUPPORTED_OPS = tuple(sorted(CONVERTERS))
 
 
-def from_onnx(source, input_shapes: Mapping[str, tuple] | None = None,
-              name: str | None = None, *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Model:
-    """Import an ONNX model: a path (str or PathLike), serialized bytes or a ModelProto.
+def operator_report(source) -> list[tuple[str, int, bool]]:
+    """(op type, node count, supported) for every operator type of an ONNX model (a path,
+    serialized bytes or a ModelProto), in order of first use.  Reads the graph only: nothing
+    is imported, so a model with symbolic dimensions or unsupported operators can be
+    checked before a night of tuning."""
+    proto, _ = _load_proto(source)
+    counts: dict[str, int] = {}
+    for node in proto.graph.node:
+        key = _op_key(node)
+        counts[key] = counts.get(key, 0) + 1
+    return [(op, count, op in CONVERTERS) for op, count in counts.items()]
 
-    ``input_shapes`` gives the shape of inputs with symbolic or missing dimensions.
-    ``max_elements`` bounds every tensor the import creates or types, and all its constants
-    together (see DEFAULT_MAX_ELEMENTS); a model beyond it raises FrontendError.
-    """
+
+def _load_proto(source):
+    """(ModelProto, default name) of a path, serialized bytes or a ModelProto."""
     onnx, _ = _onnx()
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
@@ -447,17 +488,28 @@ def from_onnx(source, input_shapes: Mapping[str, tuple] | None = None,
             proto = onnx.load(path)
         except Exception as err:
             raise FrontendError(f"{path} is not a readable ONNX model: {err}") from err
-        name = name or os.path.splitext(os.path.basename(path))[0]
-    elif isinstance(source, (bytes, bytearray, memoryview)):
+        return proto, os.path.splitext(os.path.basename(path))[0]
+    if isinstance(source, (bytes, bytearray, memoryview)):
         # Serialized bytes are what onnx.load reads from a file: parse them the same way.
         try:
-            proto = onnx.load_from_string(bytes(source))
+            return onnx.load_from_string(bytes(source)), None
         except Exception as err:  # protobuf's DecodeError, or a RuntimeWarning made an error
             raise FrontendError(f"the {len(source)} bytes given are not a serialized ONNX "
                                 f"model: {err}") from None
-    elif isinstance(source, onnx.ModelProto):
-        proto = source
-    else:
-        raise FrontendError(f"from_onnx takes a path, bytes or an onnx.ModelProto, got "
-                            f"{type(source).__name__}")
-    return Importer(proto, input_shapes, name, max_elements).run()
+    if isinstance(source, onnx.ModelProto):
+        return source, None
+    raise FrontendError(f"from_onnx takes a path, bytes or an onnx.ModelProto, got "
+                        f"{type(source).__name__}")
+
+
+def from_onnx(source, input_shapes: Mapping[str, tuple] | None = None,
+              name: str | None = None, *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Model:
+    """Import an ONNX model: a path (str or PathLike), serialized bytes or a ModelProto.
+
+    ``input_shapes`` gives the shape of inputs with symbolic or missing dimensions.
+    ``max_elements`` bounds every tensor the import creates or types, and all its constants
+    together (see DEFAULT_MAX_ELEMENTS); a model beyond it raises FrontendError.
+    """
+    proto, default_name = _load_proto(source)
+    return Importer(proto, input_shapes, name or default_name, max_elements).run()
+

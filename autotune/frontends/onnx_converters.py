@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from tensor_ir import ops
+
 from ..graph.errors import FrontendError
 from ..graph.types import contiguous
 
@@ -254,15 +256,80 @@ def _gelu(ctx: Importer) -> None:
     ctx.set_output(y)
 
 
+def _float_input(ctx: Importer, x: str) -> None:
+    dtype = ctx.type_of(x).dtype
+    if not dtype.startswith("float"):
+        raise ctx.error(f"input of dtype {dtype} must be a float tensor")
+
+
 @_converter("HardSigmoid")
 def _hard_sigmoid(ctx: Importer) -> None:
     attrs = ctx.attrs()
     x = ctx.inputs()[0]
-    dtype = ctx.type_of(x).dtype
-    alpha, beta = attrs.get("alpha", 0.2), attrs.get("beta", 0.5)
-    y = ctx.add("add", [ctx.add("multiply", [x, ctx.constant(np.array(alpha, dtype))]),
-                        ctx.constant(np.array(beta, dtype))])
-    ctx.set_output(ctx.add("clip", [y], min=0.0, max=1.0))
+    _float_input(ctx, x)
+    ctx.set_output(ctx.add("hard_sigmoid", [x], alpha=ctx.float_attr(attrs, "alpha", 0.2),
+                           beta=ctx.float_attr(attrs, "beta", 0.5)))
+
+
+# ONNX activation -> (graph operator, {attribute: default})
+_ACTIVATIONS = {"HardSwish": ("hard_swish", {}), "LeakyRelu": ("leaky_relu", {"alpha": 0.01}),
+                "Elu": ("elu", {"alpha": 1.0}), "Softplus": ("softplus", {}),
+                "Mish": ("mish", {})}
+
+
+@_converter(*_ACTIVATIONS)
+def _activation(ctx: Importer) -> None:
+    op, defaults = _ACTIVATIONS[ctx.node.op_type]
+    attrs = ctx.attrs()
+    x = ctx.inputs()[0]
+    _float_input(ctx, x)
+    ctx.set_output(ctx.add(op, [x], **{k: ctx.float_attr(attrs, k, v)
+                                       for k, v in defaults.items()}))
+
+
+@_converter("PRelu", inputs=(2, 2))
+def _prelu(ctx: Importer) -> None:
+    x, slope = ctx.inputs()
+    _float_input(ctx, x)
+    xs, ss = ctx.type_of(x).shape, ctx.type_of(slope).shape
+    # ONNX broadcasts the slope to X one way, numpy's rule aligning trailing axes (PyTorch
+    # exports a per-channel slope as (C, 1, 1)).
+    try:
+        out = np.broadcast_shapes(xs, ss)
+    except ValueError:
+        out = None
+    if out != xs:
+        raise ctx.error(f"slope of shape {ss} does not broadcast to the input's shape {xs}")
+    ctx.set_output(ctx.add("prelu", [x, slope]))
+
+
+_COMPARE = {"Equal": "equal", "Less": "less", "LessOrEqual": "less_equal",
+            "Greater": "greater", "GreaterOrEqual": "greater_equal"}
+
+
+@_converter(*_COMPARE, inputs=(2, 2))
+def _compare(ctx: Importer) -> None:
+    a, b = ctx.inputs()
+    ctx.set_output(ctx.add(_COMPARE[ctx.node.op_type], [a, b]))
+
+
+_LOGIC = {"And": "logical_and", "Or": "logical_or", "Xor": "logical_xor"}
+
+
+@_converter(*_LOGIC, inputs=(2, 2))
+def _logic(ctx: Importer) -> None:
+    a, b = ctx.inputs()
+    ctx.set_output(ctx.add(_LOGIC[ctx.node.op_type], [a, b]))
+
+
+@_converter("Not")
+def _not(ctx: Importer) -> None:
+    ctx.set_output(ctx.add("logical_not", [ctx.inputs()[0]]))
+
+
+@_converter("Where", inputs=(3, 3))
+def _where(ctx: Importer) -> None:
+    ctx.set_output(ctx.add("where", ctx.inputs()))
 
 
 @_converter("Clip", inputs=(1, 3))
@@ -552,7 +619,7 @@ def _pad(ctx: Importer) -> None:
 
 
 _REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max",
-           "ReduceMin": "reduce_min"}
+           "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod", "ReduceL2": "reduce_l2"}
 
 
 @_converter(*_REDUCE, inputs=(1, 2))
@@ -737,3 +804,351 @@ def _expand(ctx: Importer) -> None:
     # A broadcast add of zeros has the expanded shape and stays injective.
     zeros = ctx.constant(np.zeros(target, dtype=xt.dtype))
     ctx.set_output(ctx.add("add", [x, zeros]))
+
+
+@_converter("Trilu", inputs=(1, 2))
+def _trilu(ctx: Importer) -> None:
+    inputs = ctx.inputs()
+    x = inputs[0]
+    if len(ctx.type_of(x).shape) < 2:
+        raise ctx.error(f"input of shape {ctx.type_of(x).shape} must have rank 2 or more")
+    k = 0
+    if len(inputs) > 1 and inputs[1] is not None:
+        values = ctx.const_ints(inputs[1], "k")
+        if len(values) != 1:
+            raise ctx.error(f"k must be a single integer, got {values}")
+        k = values[0]
+    upper = bool(ctx.int_attr(ctx.attrs(), "upper", 1, minimum=0, maximum=1))
+    ctx.set_output(ctx.add("trilu", [x], k=k, upper=upper))
+
+
+@_converter("Tile", inputs=(2, 2))
+def _tile(ctx: Importer) -> None:
+    x, repeats_value = ctx.inputs()
+    shape = ctx.type_of(x).shape
+    repeats = ctx.const_ints(repeats_value, "repeats")
+    if len(repeats) != len(shape):
+        raise ctx.error(f"repeats {repeats} must have one entry per axis of the rank-"
+                        f"{len(shape)} input")
+    if any(r < 0 for r in repeats):
+        raise ctx.error(f"repeats {repeats} must be non-negative")
+    if 0 in repeats:
+        # NOTE: kernels are generated for non-empty extents only.
+        raise ctx.unsupported(f"repeats {repeats} give an empty result")
+    if all(r == 1 for r in repeats):
+        ctx.set_output(x)
+        return
+    ctx.set_output(ctx.add("tile", [x], repeats=tuple(repeats)))
+
+
+@_converter("Range", inputs=(3, 3))
+def _range(ctx: Importer) -> None:
+    start, limit, delta = (ctx.const(v, what) for v, what in
+                           zip(ctx.inputs(), ("start", "limit", "delta")))
+    for what, array in (("start", start), ("limit", limit), ("delta", delta)):
+        if array.size != 1:
+            raise ctx.error(f"{what} must be a scalar, got shape {array.shape}")
+    start, limit, delta = (a.reshape(()) for a in (start, limit, delta))
+    if delta == 0:
+        raise ctx.error("delta is 0")
+    count = max(math.ceil((float(limit) - float(start)) / float(delta)), 0)
+    ctx.check_size((count,), "the output")
+    # start + k * delta in the inputs' type, as ONNX defines each element.
+    values = (start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype)
+    ctx.set_output(ctx.constant(values, ctx.node.output[0]))
+
+
+@_converter("ArgMax", "ArgMin")
+def _arg_reduce(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    x = ctx.inputs()[0]
+    ndim = len(ctx.type_of(x).shape)
+    axis = ctx.axis(ctx.int_attr(attrs, "axis", 0), ndim, "attribute axis")
+    keepdims = bool(ctx.int_attr(attrs, "keepdims", 1, minimum=0, maximum=1))
+    last = bool(ctx.int_attr(attrs, "select_last_index", 0, minimum=0, maximum=1))
+    op = "argmax" if ctx.node.op_type == "ArgMax" else "argmin"
+    ctx.set_output(ctx.add(op, [x], axis=axis, keepdims=keepdims, select_last_index=last))
+
+
+def _per_channel(ctx: Importer, value: str, channels: int, groups: int, what: str) -> str:
+    """A scale or bias of shape (C,), or of shape (groups,) (GroupNormalization before opset
+    21), as one value per channel."""
+    shape = ctx.type_of(value).shape
+    if shape == (channels,):
+        return value
+    if shape == (groups,):
+        array = ctx.const(value, f"a per-group {what}")
+        return ctx.constant(np.repeat(array, channels // groups))
+    raise ctx.error(f"{what} of shape {shape} must have shape ({channels},)"
+                    + (f" or ({groups},)" if groups != channels else ""))
+
+
+@_converter("InstanceNormalization", inputs=(3, 3))
+@_converter("GroupNormalization", inputs=(3, 3))
+def _group_norm(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    x, scale, bias = ctx.inputs()
+    xt = ctx.type_of(x)
+    if len(xt.shape) < 3:
+        raise ctx.error(f"input of shape {xt.shape} must have rank 3 or more (N, C, ...)")
+    _float_input(ctx, x)
+    channels = xt.shape[1]
+    if ctx.node.op_type == "InstanceNormalization":
+        groups = channels
+    else:
+        if "num_groups" not in attrs:
+            raise ctx.error("attribute num_groups is required")
+        groups = ctx.int_attr(attrs, "num_groups", None, minimum=1)
+        if channels % groups:
+            raise ctx.bad_attribute("num_groups", groups, f"does not divide the {channels} "
+                                                          f"channels")
+    scale = _per_channel(ctx, scale, channels, groups, "scale")
+    bias = _per_channel(ctx, bias, channels, groups, "bias")
+    ctx.set_output(ctx.add("group_norm", [x, scale, bias], groups=groups,
+                           epsilon=ctx.float_attr(attrs, "epsilon", 1e-5)))
+
+
+_RESIZE_MODES = {"nearest": "nearest", "linear": "linear"}
+
+
+@_converter("Resize", inputs=(1, 4))
+def _resize(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    inputs = ctx.inputs() + [None] * (4 - len(ctx.node.input))
+    x = inputs[0]
+    shape = ctx.type_of(x).shape
+    if ctx.opset < 11:
+        raise ctx.unsupported(f"opset {ctx.opset} Resize (its coordinates predate "
+                              f"coordinate_transformation_mode; opset 11 and later only)")
+    if len(shape) != 4:
+        raise ctx.unsupported(f"only NCHW (rank-4) inputs are resized, got shape {shape}")
+    mode = attrs.get("mode", "nearest")
+    if mode not in _RESIZE_MODES:
+        raise ctx.unsupported(f"mode={mode!r} (nearest and linear only)")
+    coordinate = attrs.get("coordinate_transformation_mode", "half_pixel")
+    if coordinate not in ops.RESIZE_COORDINATES:
+        raise ctx.unsupported(f"coordinate_transformation_mode={coordinate!r}")
+    rounding = attrs.get("nearest_mode", "round_prefer_floor")
+    if rounding not in ops.RESIZE_ROUNDING:
+        raise ctx.unsupported(f"nearest_mode={rounding!r}")
+    if ctx.int_attr(attrs, "antialias", 0, minimum=0, maximum=1):
+        raise ctx.unsupported("antialias=1")
+    axes = list(range(4))
+    if "axes" in attrs:
+        axes = [ctx.axis(a, 4, "attribute axes entry") for a in ctx.ints_attr(attrs, "axes", ())]
+    scales_value, sizes_value = inputs[2], inputs[3]
+    has_scales = scales_value is not None and ctx.const(scales_value, "scales").size > 0
+    has_sizes = sizes_value is not None and ctx.const(sizes_value, "sizes").size > 0
+    if has_scales == has_sizes:
+        raise ctx.error("exactly one of scales and sizes must be given")
+    if has_sizes:
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            raise ctx.unsupported(f"keep_aspect_ratio_policy={policy!r}")
+        given = ctx.const_ints(sizes_value, "sizes")
+        if len(given) != len(axes):
+            raise ctx.error(f"sizes {given} must have one entry per resized axis {axes}")
+        size = list(shape)
+        for a, v in zip(axes, given):
+            if v < 1:
+                raise ctx.error(f"sizes {given} must be positive")
+            size[a] = v
+        scales = [o / i for o, i in zip(size, shape)]
+    else:
+        given = [float(v) for v in ctx.const(scales_value, "scales").reshape(-1)]
+        if len(given) != len(axes):
+            raise ctx.error(f"scales {given} must have one entry per resized axis {axes}")
+        if any(v <= 0 for v in given):
+            raise ctx.error(f"scales {given} must be positive")
+        scales = [1.0] * 4
+        for a, v in zip(axes, given):
+            scales[a] = v
+        size = [math.floor(i * v) for i, v in zip(shape, scales)]
+    if tuple(size[:2]) != tuple(shape[:2]):
+        raise ctx.unsupported(f"resizing the batch or channel axis ({shape} to {tuple(size)}); "
+                              f"only H and W")
+    if 0 in size:
+        raise ctx.unsupported(f"the empty output size {tuple(size)}")
+    if tuple(size) == tuple(shape) and all(v == 1.0 for v in scales[2:]):
+        ctx.set_output(x)
+        return
+    ctx.set_output(ctx.add("resize2d", [x], size=tuple(size[2:]), scales=tuple(scales[2:]),
+                           mode=_RESIZE_MODES[mode], coordinate=coordinate, rounding=rounding))
+
+
+@_converter("ConvTranspose", inputs=(2, 3))
+def _conv_transpose(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    inputs = ctx.inputs()
+    x, w = inputs[0], inputs[1]
+    xt, wt = ctx.type_of(x), ctx.type_of(w)
+    if len(xt.shape) != 4:
+        raise ctx.unsupported(f"only 2-D transposed convolutions (NCHW input) are supported, "
+                              f"got input shape {xt.shape}")
+    if len(wt.shape) != 4:
+        raise ctx.error(f"weight of shape {wt.shape} must have rank 4 (C, K/group, kH, kW)")
+    if wt.shape[0] != xt.shape[1]:
+        raise ctx.error(f"weight of shape {wt.shape} does not match the input's "
+                        f"{xt.shape[1]} channels")
+    kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:])
+    if kernel != wt.shape[2:]:
+        raise ctx.bad_attribute("kernel_shape", list(kernel),
+                                f"does not match the weight's shape {wt.shape}")
+    if dilations != (1, 1):
+        raise ctx.unsupported(f"dilations={list(dilations)}")
+    if ctx.int_attr(attrs, "group", 1, minimum=1) != 1:
+        raise ctx.unsupported(f"group={attrs['group']} (only group=1)")
+    out_pad = ctx.ints_attr(attrs, "output_padding", (0, 0), length=2, minimum=0)
+    if any(p >= s for p, s in zip(out_pad, strides)):
+        raise ctx.bad_attribute("output_padding", list(out_pad),
+                                f"must be smaller than strides {list(strides)}")
+    spatial = xt.shape[2:]
+    full = [(i - 1) * s + k + p for i, s, k, p in zip(spatial, strides, kernel, out_pad)]
+    auto = attrs.get("auto_pad", "NOTSET")
+    if "output_shape" in attrs:
+        target = ctx.ints_attr(attrs, "output_shape", ())[-2:]
+        if len(target) != 2:
+            raise ctx.bad_attribute("output_shape", attrs["output_shape"], "needs H and W")
+        total = [f - t for f, t in zip(full, target)]
+        if any(t < 0 for t in total):
+            raise ctx.bad_attribute("output_shape", list(target),
+                                    f"is larger than the full output {full}")
+        # ONNX puts the larger half first unless auto_pad is SAME_UPPER.
+        upper = auto == "SAME_UPPER"
+        before = [t // 2 if upper else t - t // 2 for t in total]
+        pads = (before[0], before[1], total[0] - before[0], total[1] - before[1])
+    elif auto in ("NOTSET", ""):
+        pads = ctx.ints_attr(attrs, "pads", (0, 0, 0, 0), length=4, minimum=0)
+    elif auto == "VALID":
+        pads = (0, 0, 0, 0)
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        # The output is input * stride; the padding that removes the rest is split as ONNX
+        # says: the larger half at the end for SAME_UPPER, at the beginning for SAME_LOWER.
+        total = [f - i * s for f, i, s in zip(full, spatial, strides)]
+        if any(t < 0 for t in total):
+            raise ctx.unsupported(f"auto_pad={auto} with kernel {list(kernel)} smaller than "
+                                  f"strides {list(strides)}")
+        before = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+        pads = (before[0], before[1], total[0] - before[0], total[1] - before[1])
+    else:
+        raise ctx.unsupported(f"auto_pad={auto!r}")
+    y = ctx.add("conv2d_transpose", [x, w], strides=strides, pads=tuple(pads),
+                output_padding=out_pad)
+    if len(inputs) > 2 and inputs[2] is not None:
+        bias, channels = inputs[2], wt.shape[1]
+        if ctx.type_of(bias).shape != (channels,):
+            raise ctx.error(f"bias of shape {ctx.type_of(bias).shape} must have shape "
+                            f"({channels},), one value per output channel")
+        if ctx.is_const(bias):
+            bias = ctx.constant(ctx.const(bias, "bias").reshape(-1, 1, 1), f"{bias}_chw")
+        else:
+            bias = ctx.add("reshape", [bias], shape=(channels, 1, 1))
+        y = ctx.add("add", [y, bias])
+    ctx.set_output(y)
+
+
+def _einsum_terms(ctx: Importer, equation: str, ranks: list[int]
+                  ) -> tuple[list[str], str]:
+    """The operand subscripts and the output's, with ``...`` spelled out as letters of their
+    own (upper case ones the equation does not use), and the implicit output made explicit."""
+    text = equation.replace(" ", "")
+    lhs, arrow, rhs = text.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise ctx.bad_attribute("equation", equation, f"names {len(terms)} operands; the node "
+                                                      f"has {len(ranks)}")
+    used = set(text)
+    spare = [c for c in "ZYXWVUTSRQPONMLKJIHGFEDCBA" if c not in used]
+    ellipsis_rank = 0
+    for term, rank in zip(terms, ranks):
+        if "..." in term:
+            ellipsis_rank = max(ellipsis_rank, rank - len(term.replace("...", "")))
+    if ellipsis_rank > len(spare):
+        raise ctx.unsupported(f"equation {equation!r}: too many axes under '...'")
+    fill = "".join(spare[:ellipsis_rank][::-1])
+    expanded = []
+    for term, rank in zip(terms, ranks):
+        if "..." in term:
+            own = rank - len(term.replace("...", ""))
+            term = term.replace("...", fill[len(fill) - own:] if own else "")
+        if not term.isalpha() or len(term) != rank:
+            raise ctx.bad_attribute("equation", equation, f"term {term!r} does not match an "
+                                                          f"operand of rank {rank}")
+        if len(set(term)) != len(term):
+            raise ctx.unsupported(f"equation {equation!r}: a letter repeated in one operand "
+                                  f"(diagonals)")
+        expanded.append(term)
+    if arrow:
+        out = rhs.replace("...", fill)
+    else:
+        # Implicit output: the ellipsis axes, then the letters used once, in alphabetical order.
+        counts = {c: "".join(expanded).count(c) for c in set("".join(expanded))}
+        out = fill + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in fill))
+    if not out.isalpha() and out or len(set(out)) != len(out) or \
+            any(c not in "".join(expanded) for c in out):
+        raise ctx.bad_attribute("equation", equation, f"has an invalid output {rhs!r}")
+    return expanded, out
+
+
+def _permute(ctx: Importer, value: str, term: str, order: str) -> str:
+    if term == order:
+        return value
+    return ctx.add("transpose", [value], perm=tuple(term.index(c) for c in order))
+
+
+def _reshape_to(ctx: Importer, value: str, shape) -> str:
+    shape = tuple(int(v) for v in shape)
+    if ctx.type_of(value).shape == shape:
+        return value
+    return ctx.add("reshape", [value], shape=shape)
+
+
+@_converter("Einsum", inputs=(1, None))
+def _einsum(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    if "equation" not in attrs:
+        raise ctx.error("attribute equation is required")
+    inputs = ctx.inputs()
+    if len(inputs) > 2:
+        raise ctx.unsupported(f"{len(inputs)} operands (one or two are supported)")
+    shapes = [ctx.type_of(v).shape for v in inputs]
+    terms, out = _einsum_terms(ctx, attrs["equation"], [len(s) for s in shapes])
+    extent: dict[str, int] = {}
+    for term, shape in zip(terms, shapes):
+        for c, d in zip(term, shape):
+            if extent.setdefault(c, d) != d:
+                raise ctx.unsupported(f"equation {attrs['equation']!r}: axis {c!r} has extents "
+                                      f"{extent[c]} and {d} (broadcasting is not supported)")
+    # Sum each operand over the letters nothing else uses.
+    values = []
+    for k, (value, term) in enumerate(zip(inputs, terms)):
+        others = out + "".join(t for j, t in enumerate(terms) if j != k)
+        alone = [d for d, c in enumerate(term) if c not in others]
+        if alone:
+            value = ctx.add("reduce_sum", [value], axes=tuple(alone), keepdims=False)
+            term = "".join(c for c in term if c in others)
+        values.append(value)
+        terms[k] = term
+    if len(values) == 1:
+        ctx.set_output(_permute(ctx, values[0], terms[0], out))
+        return
+    (a, b), (ta, tb) = values, terms
+    batch = "".join(c for c in out if c in ta and c in tb)
+    m = "".join(c for c in out if c in ta and c not in tb)
+    n = "".join(c for c in out if c in tb and c not in ta)
+    k = "".join(c for c in ta if c in tb and c not in out)
+
+    def size(letters):
+        return math.prod(extent[c] for c in letters)
+
+    a = _reshape_to(ctx, _permute(ctx, a, ta, batch + m + k),
+                    ((size(batch),) if batch else ()) + (size(m), size(k)))
+    # B read as [batch, n, k] needs no transpose: matmul takes it with transpose_b.
+    trans_b = tb == batch + n + k and tb != batch + k + n
+    order_b = batch + n + k if trans_b else batch + k + n
+    inner = (size(n), size(k)) if trans_b else (size(k), size(n))
+    b = _reshape_to(ctx, _permute(ctx, b, tb, order_b),
+                    ((size(batch),) if batch else ()) + inner)
+    y = ctx.add("matmul", [a, b], transpose_b=trans_b)
+    y = _reshape_to(ctx, y, [extent[c] for c in batch + m + n])
+    ctx.set_output(_permute(ctx, y, batch + m + n, out))

@@ -216,6 +216,90 @@ _register("cast", ELEMWISE, (1, 1), _cast_infer, _cast_te,
           lambda arrays, attrs: _cast(arrays[0], attrs["dtype"]))
 
 
+def _activation(name, te_fn, ref_fn, *attr_names):
+    """A float unary operator whose attributes (alpha, beta) go to the library functions."""
+    def infer(types, attrs):
+        _check(types[0].dtype.startswith("float"), name,
+               f"needs a float input, got {types[0].dtype}")
+        return types[0]
+
+    def params(attrs):
+        return {k: attrs[k] for k in attr_names if k in attrs}
+
+    _register(name, ELEMWISE, (1, 1), infer,
+              lambda args, attrs, n: te_fn(args[0], **params(attrs), name=n),
+              lambda arrays, attrs: ref_fn(arrays[0], **params(attrs)))
+
+
+_activation("leaky_relu", ops.te_leaky_relu, ops.ref_leaky_relu, "alpha")
+_activation("elu", ops.te_elu, ops.ref_elu, "alpha")
+_activation("softplus", ops.te_softplus, ops.ref_softplus)
+_activation("mish", ops.te_mish, ops.ref_mish)
+_activation("hard_sigmoid", ops.te_hard_sigmoid, ops.ref_hard_sigmoid, "alpha", "beta")
+_activation("hard_swish", ops.te_hard_swish, ops.ref_hard_swish)
+
+
+def _prelu_infer(types, attrs):
+    out = _binary_infer("prelu")(types, attrs)
+    _check(out.shape == types[0].shape, "prelu", f"slope of shape {types[1].shape} does not "
+           f"broadcast to the data's shape {types[0].shape}")
+    return out
+
+
+_register("prelu", BROADCAST, (2, 2), _prelu_infer,
+          lambda args, attrs, name: ops.te_prelu(args[0], args[1], name=name),
+          lambda arrays, attrs: ops.ref_prelu(arrays[0], arrays[1]))
+
+
+def _bool_result(infer):
+    def run(types, attrs):
+        return TensorType(infer(types, attrs).shape, "bool")
+    return run
+
+
+for _name in ops.COMPARISONS:
+    _register(_name, BROADCAST, (2, 2), _bool_result(_binary_infer(_name)),
+              lambda args, attrs, name, op=_name: ops.te_compare(op, args[0], args[1],
+                                                                 name=name),
+              lambda arrays, attrs, op=_name: ops.ref_compare(op, arrays[0], arrays[1]))
+
+
+def _logic_infer(op):
+    def infer(types, attrs):
+        _check(all(t.dtype == "bool" for t in types), op,
+               f"needs bool operands, got {', '.join(t.dtype for t in types)}")
+        return _binary_infer(op)(types, attrs) if len(types) == 2 else types[0]
+    return infer
+
+
+for _name in ops.LOGIC:
+    _register(_name, BROADCAST, (2, 2), _logic_infer(_name),
+              lambda args, attrs, name, op=_name: ops.te_logical(op, args[0], args[1],
+                                                                 name=name),
+              lambda arrays, attrs, op=_name: ops.ref_logical(op, arrays[0], arrays[1]))
+_register("logical_not", ELEMWISE, (1, 1), _logic_infer("logical_not"),
+          lambda args, attrs, name: ops.te_logical_not(args[0], name=name),
+          lambda arrays, attrs: ops.ref_logical_not(arrays[0]))
+
+
+def _where_infer(types, attrs):
+    cond, a, b = types
+    _check(cond.dtype == "bool", "where", f"the condition must be bool, got {cond.dtype}")
+    _check(a.dtype == b.dtype, "where", f"value dtypes differ: {a.dtype} vs {b.dtype}")
+    _check(all(0 not in t.shape for t in types), "where", "empty operands are not supported")
+    try:
+        shape = broadcast_shape(broadcast_shape(cond.shape, a.shape, "where"), b.shape,
+                                "where")
+    except Exception as err:  # TEError from the library's check
+        raise GraphError(str(err)) from None
+    return TensorType(shape, a.dtype)
+
+
+_register("where", BROADCAST, (3, 3), _where_infer,
+          lambda args, attrs, name: ops.te_where(*args, name=name),
+          lambda arrays, attrs: contiguous(ops.ref_where(*arrays)))
+
+
 # ---------------------------------------------------------------------------------------------
 # compute-heavy: conv2d, matmul
 # ---------------------------------------------------------------------------------------------
@@ -249,6 +333,31 @@ def _conv_numpy(arrays, attrs):
 
 
 _register("conv2d", COMPUTE, (2, 2), _conv_infer, _conv_te, _conv_numpy)
+
+
+def _conv_transpose_infer(types, attrs):
+    op = "conv2d_transpose"
+    data, weight = types
+    _check(len(data.shape) == 4 and len(weight.shape) == 4, op,
+           f"data and weight must be rank 4 (NCHW, CKHW), got {data.shape} and {weight.shape}")
+    _check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
+    n, c, h, w = data.shape
+    cw, k, r, s = weight.shape
+    _check(cw == c, op, f"weight {weight.shape} does not match {c} input channels")
+    (sh, sw), (oph, opw) = attrs["strides"], attrs["output_padding"]
+    pt, pl, pb, pr = attrs["pads"]
+    oh = (h - 1) * sh - pt - pb + r + oph
+    ow = (w - 1) * sw - pl - pr + s + opw
+    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
+    return TensorType((n, k, oh, ow), data.dtype)
+
+
+_register("conv2d_transpose", COMPUTE, (2, 2), _conv_transpose_infer,
+          lambda args, attrs, name: ops.te_conv2d_transpose_nchw(
+              args[0], args[1], attrs["strides"], attrs["pads"], attrs["output_padding"],
+              name=name),
+          lambda arrays, attrs: ops.ref_conv2d_transpose_nchw(
+              arrays[0], arrays[1], attrs["strides"], attrs["pads"], attrs["output_padding"]))
 
 
 def _matmul_dims(types, attrs):
@@ -440,10 +549,16 @@ def _reduce_infer(op):
     return infer
 
 
+def _np_l2(x, axis, keepdims):
+    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+
+
 for _name, _te_fn, _np_fn in (("reduce_mean", ops.te_mean, np.mean),
                               ("reduce_sum", ops.te_sum, np.sum),
                               ("reduce_max", ops.te_max, np.max),
-                              ("reduce_min", ops.te_min, np.min)):
+                              ("reduce_min", ops.te_min, np.min),
+                              ("reduce_prod", ops.te_prod, np.prod),
+                              ("reduce_l2", ops.te_l2, _np_l2)):
     def _make(op=_name, te_fn=_te_fn, np_fn=_np_fn):
         def build(args, attrs, name):
             x = args[0]
@@ -456,6 +571,51 @@ for _name, _te_fn, _np_fn in (("reduce_mean", ops.te_mean, np.mean),
                                keepdims=attrs.get("keepdims", True)), x.dtype)
         _register(op, REDUCTION, (1, 1), _reduce_infer(op), build, run)
     _make()
+
+
+def _arg_infer(op):
+    def infer(types, attrs):
+        x = types[0]
+        axis = _axis(attrs, len(x.shape), op)
+        if attrs.get("keepdims", True):
+            shape = tuple(1 if d == axis else s for d, s in enumerate(x.shape))
+        else:
+            shape = tuple(s for d, s in enumerate(x.shape) if d != axis)
+        return TensorType(shape, "int64")
+    return infer
+
+
+for _name, _te_fn, _np_fn in (("argmax", ops.te_argmax, ops.ref_argmax),
+                              ("argmin", ops.te_argmin, ops.ref_argmin)):
+    _register(_name, REDUCTION, (1, 1), _arg_infer(_name),
+              lambda args, attrs, name, fn=_te_fn: fn(
+                  args[0], attrs.get("axis", -1), attrs.get("keepdims", True),
+                  attrs.get("select_last_index", False), name=name),
+              lambda arrays, attrs, fn=_np_fn: fn(
+                  arrays[0], attrs.get("axis", -1), attrs.get("keepdims", True),
+                  attrs.get("select_last_index", False)))
+
+
+def _group_norm_infer(types, attrs):
+    x = types[0]
+    _check(len(x.shape) >= 3, "group_norm", f"data must have rank >= 3 (N, C, spatial...), "
+           f"got {x.shape}")
+    _check(x.dtype.startswith("float"), "group_norm", f"needs a float input, got {x.dtype}")
+    groups = attrs["groups"]
+    _check(groups >= 1 and x.shape[1] % groups == 0, "group_norm",
+           f"{x.shape[1]} channels do not split into {groups} groups")
+    for t in types[1:]:
+        _check(t.shape == (x.shape[1],) and t.dtype == x.dtype, "group_norm",
+               f"scale/bias must be {x.dtype} of shape ({x.shape[1]},), got {t}")
+    return x
+
+
+# Inputs in ONNX order: data, scale, bias; instance norm is the groups == channels case.
+_register("group_norm", REDUCTION, (3, 3), _group_norm_infer,
+          lambda args, attrs, name: ops.te_group_norm(*args, attrs["groups"],
+                                                      attrs.get("epsilon", 1e-5), name=name),
+          lambda arrays, attrs: ops.ref_group_norm(*arrays, attrs["groups"],
+                                                   attrs.get("epsilon", 1e-5)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -562,3 +722,55 @@ def _slice_numpy(arrays, attrs):
 
 
 _register("slice", INJECTIVE, (1, 1), _slice_infer, _slice_te, _slice_numpy)
+
+
+def _tile_infer(types, attrs):
+    x = types[0]
+    repeats = tuple(attrs["repeats"])
+    _check(len(repeats) == len(x.shape) and all(r >= 1 for r in repeats), "tile",
+           f"repeats {repeats} must give a positive count for each of the {len(x.shape)} axes")
+    return TensorType(tuple(s * r for s, r in zip(x.shape, repeats)), x.dtype)
+
+
+_register("tile", INJECTIVE, (1, 1), _tile_infer,
+          lambda args, attrs, name: ops.te_tile(args[0], tuple(attrs["repeats"]), name=name),
+          lambda arrays, attrs: contiguous(ops.ref_tile(arrays[0], attrs["repeats"])))
+
+
+def _trilu_infer(types, attrs):
+    _check(len(types[0].shape) >= 2, "trilu", f"needs rank >= 2, got {types[0].shape}")
+    return types[0]
+
+
+# Elementwise: the output element at an index reads the input at the same index (or is 0).
+_register("trilu", ELEMWISE, (1, 1), _trilu_infer,
+          lambda args, attrs, name: ops.te_trilu(args[0], attrs.get("k", 0),
+                                                 attrs.get("upper", True), name=name),
+          lambda arrays, attrs: contiguous(ops.ref_trilu(arrays[0], attrs.get("k", 0),
+                                                         attrs.get("upper", True))))
+
+
+def _resize_args(attrs):
+    return (tuple(attrs["size"]), tuple(attrs["scales"]), attrs.get("mode", "nearest"),
+            attrs.get("coordinate", "half_pixel"), attrs.get("rounding", "round_prefer_floor"))
+
+
+def _resize_infer(types, attrs):
+    x = types[0]
+    size, scales, mode, coordinate, rounding = _resize_args(attrs)
+    _check(len(x.shape) == 4, "resize2d", f"data must be NCHW, got {x.shape}")
+    _check(len(size) == 2 and min(size) >= 1 and len(scales) == 2 and min(scales) > 0,
+           "resize2d", f"size {size} and scales {scales} must be two positive values each")
+    _check(mode in ("nearest", "linear"), "resize2d", f"mode {mode!r} is not nearest/linear")
+    _check(coordinate in ops.RESIZE_COORDINATES and rounding in ops.RESIZE_ROUNDING,
+           "resize2d", f"coordinate mode {coordinate!r} / nearest mode {rounding!r} unknown")
+    _check(mode == "nearest" or x.dtype.startswith("float"), "resize2d",
+           f"linear mode needs a float input, got {x.dtype}")
+    return TensorType(x.shape[:2] + size, x.dtype)
+
+
+# attrs: size (OH, OW), scales (the factors of the coordinate transformation), mode,
+# coordinate (ONNX's coordinate_transformation_mode), rounding (ONNX's nearest_mode).
+_register("resize2d", INJECTIVE, (1, 1), _resize_infer,
+          lambda args, attrs, name: ops.te_resize2d(args[0], *_resize_args(attrs), name=name),
+          lambda arrays, attrs: ops.ref_resize2d(arrays[0], *_resize_args(attrs)))

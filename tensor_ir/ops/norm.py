@@ -1,4 +1,5 @@
-"""Normalisation operators: softmax, log_softmax, layer_norm and batch_norm (inference).
+"""Normalisation operators: softmax, log_softmax, layer_norm, batch_norm (inference),
+group_norm and instance_norm.
 
 Each is several stages, as in TVM: reductions must be the whole body of a stage, and the
 numerically stable forms need the maximum (softmax) or the mean (layer norm) before the second
@@ -19,6 +20,8 @@ __all__ = [
     "te_log_softmax", "log_softmax", "ref_log_softmax",
     "te_layer_norm", "layer_norm", "ref_layer_norm",
     "te_batch_norm", "batch_norm", "ref_batch_norm",
+    "te_group_norm", "group_norm", "ref_group_norm",
+    "te_instance_norm", "instance_norm", "ref_instance_norm",
 ]
 
 
@@ -244,3 +247,107 @@ def ref_batch_norm(data: np.ndarray, mean: np.ndarray, var: np.ndarray, gamma: n
     out = (data.astype(np.float64) - col(mean)) / np.sqrt(col(var) + epsilon) * col(gamma) \
         + col(beta)
     return out.astype(data.dtype)
+
+
+def te_group_norm(data: te.Tensor, gamma: te.Tensor, beta: te.Tensor, groups: int,
+                  epsilon: float = 1e-5, name: str = "group_norm") -> te.Tensor:
+    """Normalise ``data`` [N, C, spatial...] over each group of C / ``groups`` channels and
+    all spatial positions, then scale and shift per channel by ``gamma`` and ``beta`` [C].
+
+    Three stages per (n, group), as layer_norm: the sum, the sum of squared deviations from
+    the mean (two passes, for an accurate variance), and the output."""
+    op = "group_norm"
+    as_tensor_args((data, gamma, beta), op)
+    _check_float(data, op)
+    check(data.ndim >= 3, op, f"needs an input of rank >= 3 (N, C, spatial...), got "
+          f"{data.shape}")
+    n, channels = data.shape[:2]
+    spatial = data.shape[2:]
+    check(isinstance(groups, int) and groups >= 1 and channels % groups == 0, op,
+          f"{channels} channels do not split into {groups} groups")
+    for what, t in (("gamma", gamma), ("beta", beta)):
+        check(t.shape == (channels,), op, f"{what} must have shape ({channels},), got "
+              f"{t.shape}")
+        check(t.dtype == data.dtype, op, f"{what} has dtype {t.dtype} but data has "
+              f"{data.dtype}")
+    per_group = channels // groups
+    count = per_group
+    for v in spatial:
+        count *= v
+    count_f = to_float(count, data.dtype)
+    eps = to_float(epsilon, data.dtype)
+
+    def element(nn, g, ks):
+        """data at group g's channel ks[0] (when groups hold several) and position ks[1:]."""
+        if per_group == 1:
+            return data[(nn, g) + tuple(ks)]
+        return data[(nn, g * per_group + ks[0]) + tuple(ks[1:])]
+
+    def axes():
+        extents = ((per_group,) if per_group > 1 else ()) + spatial
+        return [te.reduce_axis(e, name=f"k{d}") for d, e in enumerate(extents)]
+
+    ks = axes()
+    total = te.compute((n, groups), lambda nn, g: te.sum(element(nn, g, ks), axis=ks),
+                       name=f"{name}_sum")
+    ks2 = axes()
+
+    def fsquares(nn, g):
+        dev = element(nn, g, ks2) - total[nn, g] / count_f
+        return te.sum(dev * dev, axis=ks2)
+
+    squares = te.compute((n, groups), fsquares, name=f"{name}_sqsum")
+
+    def fout(*idx):
+        nn, c = idx[0], idx[1]
+        g = c if per_group == 1 else te.floordiv(c, per_group)
+        normal = (data[idx] - total[nn, g] / count_f) / te.sqrt(squares[nn, g] / count_f + eps)
+        return normal * gamma[c] + beta[c]
+
+    return te.compute(data.shape, fout, name=name)
+
+
+def group_norm(shape, groups: int, epsilon: float = 1e-5, dtype: str = "float32"
+               ) -> PrimFunc:
+    """PrimFunc(data, gamma, beta, out)."""
+    op = "group_norm"
+    shape = shape_of(shape, op)
+    dtype = canonical_dtype(dtype, op)
+    check(len(shape) >= 3, op, f"needs a shape of rank >= 3, got {shape}")
+    data = te.placeholder(shape, dtype, name="data")
+    gamma = te.placeholder((shape[1],), dtype, name="gamma")
+    beta = te.placeholder((shape[1],), dtype, name="beta")
+    out = te_group_norm(data, gamma, beta, groups, epsilon, name="T_group_norm")
+    return te.create_prim_func([data, gamma, beta, out], name=op)
+
+
+def ref_group_norm(data: np.ndarray, gamma: np.ndarray, beta: np.ndarray, groups: int,
+                   epsilon: float = 1e-5) -> np.ndarray:
+    n, c = data.shape[:2]
+    check(c % groups == 0, "ref_group_norm", f"{c} channels do not split into {groups} groups")
+    x = data.astype(np.float64).reshape(n, groups, -1)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    out = ((x - mean) / np.sqrt(var + epsilon)).reshape(data.shape)
+    col = (1, c) + (1,) * (data.ndim - 2)
+    out = out * gamma.astype(np.float64).reshape(col) + beta.astype(np.float64).reshape(col)
+    return out.astype(data.dtype)
+
+
+def te_instance_norm(data: te.Tensor, gamma: te.Tensor, beta: te.Tensor,
+                     epsilon: float = 1e-5, name: str = "instance_norm") -> te.Tensor:
+    """Group norm with one channel per group: each (n, c) normalised over its positions."""
+    as_tensor_args((data,), "instance_norm")
+    check(data.ndim >= 3, "instance_norm", f"needs an input of rank >= 3, got {data.shape}")
+    return te_group_norm(data, gamma, beta, data.shape[1], epsilon, name=name)
+
+
+def instance_norm(shape, epsilon: float = 1e-5, dtype: str = "float32") -> PrimFunc:
+    shape = shape_of(shape, "instance_norm")
+    check(len(shape) >= 3, "instance_norm", f"needs a shape of rank >= 3, got {shape}")
+    return group_norm(shape, shape[1], epsilon, dtype)
+
+
+def ref_instance_norm(data: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
+                      epsilon: float = 1e-5) -> np.ndarray:
+    return ref_group_norm(data, gamma, beta, data.shape[1], epsilon)
