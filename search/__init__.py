@@ -1,7 +1,7 @@
 """search: strategies that propose candidates to measure, and the tuning loop that runs them.
 
     import search
-    strategy = search.create("evolutionary", seed=0)     # or "random", or an instance
+    strategy = search.create("evolutionary", seed=0)     # or "random", "optuna", an instance
     loop = search.TuningLoop(space, strategy, cost_model, builder, runner, db)
     result = loop.run(trials=64)                        # generate, build, run, record, retrain
     loop.remeasure_top(k=3)                             # noise-robust best
@@ -18,6 +18,7 @@ from .config import SchedulerConfig, SearchConfig
 from .evolutionary import EvolutionarySearch
 from .loop import LoopResult, TrialResult, TuningLoop, make_logger, workload_cost
 from .mutators import Mutator, default_mutators, mutate
+from .optuna_search import OptunaSearch
 from .pool import CandidatePool, PhaseTimers, SearchCandidate
 from .random_search import RandomSearch
 from .simulation import SimulationBuilder, SimulationRunner
@@ -28,6 +29,7 @@ __all__ = [
     "EvolutionarySearch",
     "LoopResult",
     "Mutator",
+    "OptunaSearch",
     "PhaseTimers",
     "RandomSearch",
     "SearchCandidate",
