@@ -28,6 +28,7 @@ from __future__ import annotations
 import abc
 import math
 
+from tensor_ir.compact import plan_allocations
 from tensor_ir.expr import IntImm
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import (
@@ -342,7 +343,8 @@ def _stmt_children(node):
 
 
 class VerifyGPU(Postproc):
-    """Limits of a CUDA target: threads per block and shared memory per block."""
+    """Limits of a CUDA target: threads per block (in all and along each axis) and shared
+    memory per block (counted on the compacted tiles)."""
 
     rewrites = False
 
@@ -358,6 +360,11 @@ class VerifyGPU(Postproc):
         return verify_gpu(sch.func, self.max_threads, self.max_shared) is None
 
 
+# Per-axis block dimensions CUDA allows (every GPU candidate must also build for CUDA; OpenCL
+# devices report their own, at least as large on the devices this project targets).
+MAX_THREAD_EXTENT = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
+
+
 def verify_gpu(func, max_threads: int, max_shared: int) -> str | None:
     """Why ``func`` breaks a GPU limit, or None."""
     threads: dict[str, int] = {}
@@ -365,11 +372,17 @@ def verify_gpu(func, max_threads: int, max_shared: int) -> str | None:
         if loop.kind == THREAD_BINDING and loop.thread_binding.startswith("threadIdx"):
             if not isinstance(loop.extent, IntImm):
                 return f"thread-bound loop {loop.loop_var.name} has a non-constant extent"
-            threads[loop.thread_binding] = max(threads.get(loop.thread_binding, 1),
-                                               loop.extent.value)
+            axis = loop.thread_binding
+            if loop.extent.value > MAX_THREAD_EXTENT.get(axis, max_threads):
+                return (f"loop {loop.loop_var.name} has {loop.extent.value} threads along "
+                        f"{axis} > {MAX_THREAD_EXTENT[axis]}")
+            threads[axis] = max(threads.get(axis, 1), loop.extent.value)
     total = math.prod(threads.values()) if threads else 1
     if total > max_threads:
         return f"{total} threads per block > {max_threads}"
+    # A shared buffer is allocated (by cache_read) with the operand's whole shape; what a block
+    # holds is the tile compaction shrinks it to (tensor_ir.compact), so that is what counts.
+    plans = plan_allocations(func)
     shared = 0
 
     def count(node):
@@ -377,7 +390,8 @@ def verify_gpu(func, max_threads: int, max_shared: int) -> str | None:
         if isinstance(node, Block):
             for buf in node.alloc_buffers:
                 if buf.scope == "shared":
-                    shared += buf.nbytes
+                    plan = plans.get(buf)
+                    shared += (plan.new_buffer if plan is not None else buf).nbytes
 
     walk(func.body, count)
     if shared > max_shared:
@@ -446,4 +460,4 @@ def strip_postproc(trace: Trace) -> Trace:
 __all__ = ["Postproc", "DecomposeReductions", "DecomposeReductionsGPU",
            "RewriteParallelVectorizeUnroll", "VerifyCPU",
            "VerifyGPU", "default_postprocs", "apply_postprocs", "replay", "strip_postproc",
-           "verify_cpu", "verify_gpu", "POSTPROC_MARKER"]
+           "verify_cpu", "verify_gpu", "MAX_THREAD_EXTENT", "POSTPROC_MARKER"]

@@ -26,6 +26,9 @@ Rules for GPUs (``cuda``, ``opencl``), in order:
     auto_inline               as for CPUs
     cross_thread_reduction    row reductions over the threads of a block (one block per row),
                               with their per-row consumer in the same kernel
+    multi_level_tiling_gpu    "SSRRSRS" tiling of reductions with data reuse: blockIdx /
+                              threadIdx levels, shared-memory cooperative fetch of the
+                              operands, register-level accumulator written back per thread
     auto_bind                 fuse, split by a sampled threads-per-block and bind to
                               blockIdx.x / threadIdx.x every block left unbound
 """
@@ -39,6 +42,7 @@ from .auto_inline import AutoInline
 from .base import ScheduleRule, try_on_copy
 from .cross_thread_reduction import CrossThreadReduction
 from .multi_level_tiling import MultiLevelTiling
+from .multi_level_tiling_gpu import MultiLevelTilingGPU
 from .parallel_vectorize_unroll import ParallelVectorizeUnroll
 from .random_compute_location import RandomComputeLocation
 from .rfactor import AddRFactor
@@ -48,17 +52,18 @@ _REGISTRY = {"auto_inline": AutoInline, "rfactor": AddRFactor,
              "multi_level_tiling": MultiLevelTiling,
              "parallel_vectorize_unroll": ParallelVectorizeUnroll,
              "random_compute_location": RandomComputeLocation,
-             "cross_thread_reduction": CrossThreadReduction, "auto_bind": AutoBind}
+             "cross_thread_reduction": CrossThreadReduction,
+             "multi_level_tiling_gpu": MultiLevelTilingGPU, "auto_bind": AutoBind}
 
 _CPU_RULES = ("auto_inline", "rfactor", "multi_level_tiling", "parallel_vectorize_unroll",
               "random_compute_location")
-_GPU_RULES = ("auto_inline", "cross_thread_reduction", "auto_bind")
+_GPU_RULES = ("auto_inline", "cross_thread_reduction", "multi_level_tiling_gpu", "auto_bind")
 
 
 def create(kind: str | ScheduleRule, **options) -> ScheduleRule:
     """A rule by its short name ("auto_inline", "rfactor", "multi_level_tiling",
     "parallel_vectorize_unroll", "random_compute_location", "cross_thread_reduction",
-    "auto_bind") or an instance passed through."""
+    "multi_level_tiling_gpu", "auto_bind") or an instance passed through."""
     if isinstance(kind, ScheduleRule):
         if options:
             raise ScheduleError(f"create: options {sorted(options)} given with a rule instance")

@@ -394,7 +394,7 @@ def test_create_and_default_rules():
     assert create(rule) is rule
     # GPU targets have their own set (schedules.rules: auto_bind, cross_thread_reduction).
     assert [r.name for r in default_rules(Target("cuda -arch=sm_80"))] == [
-        "auto_inline", "cross_thread_reduction", "auto_bind"]
+        "auto_inline", "cross_thread_reduction", "multi_level_tiling_gpu", "auto_bind"]
 
 
 # -- post-processors -------------------------------------------------------------------------
