@@ -3,6 +3,10 @@
     model = from_onnx("resnet18.onnx")                       # or a ModelProto
     model = from_onnx(proto, input_shapes={"x": (1, 3, 224, 224)})   # fix symbolic dims
 
+Symbolic dimensions (PyTorch's dynamic batch and sequence axes) must be fixed by
+``input_shapes``; a model imported without it raises one FrontendError naming every input
+and axis left symbolic.
+
 Covers the operators of ResNet, MobileNet and BERT-style encoders as the PyTorch exporters
 write them (opset 11 to 21).  Shape arithmetic (Shape, Gather, Unsqueeze, Concat, ... on
 constants) is evaluated while importing, so a Reshape whose target shape is computed from
@@ -28,8 +32,9 @@ from ..graph.operators import get_op
 from ..graph.types import TensorType, contiguous
 from .onnx_converters import ARITY, CONVERTERS, value_dtype
 
+# The command-line checker is autotune.frontends.check (python -m autotune.frontends.check).
 __all__ = ["from_onnx", "SUPPORTED_OPS", "DEFAULT_MAX_ELEMENTS", "UnsupportedOperatorsError",
-           "operator_report", "main"]
+           "operator_report"]
 
 # The most elements of any one tensor the importer creates or types, and of all the constants it
 # holds together.  2**31 float32 elements are 8 GiB: far above any weight or activation of the
@@ -382,6 +387,7 @@ class Importer:
         if unknown:
             raise FrontendError(f"input_shapes names {unknown}, which are not inputs of the "
                                 f"graph; its inputs are {sorted(graph_inputs)}")
+        self._check_symbolic_inputs(graph, initializers)
         for vi in graph.input:
             if vi.name in initializers:
                 continue
@@ -417,6 +423,36 @@ class Importer:
                 renamed[value] = self.builder.output(value, out.name)
         return self.builder.build()
 
+    def _check_symbolic_inputs(self, graph, initializers) -> None:
+        """Refuse symbolic dimensions (PyTorch's dynamic batch and sequence axes) that
+        ``input_shapes`` does not fix, naming every such input and axis in one message, with
+        the fix spelled out for the API and for ``tune-model``.  No default is guessed: a
+        batch of 1 would do, but a sequence length changes what the model computes and what
+        tuning measures."""
+        symbolic = {}
+        for vi in graph.input:
+            if vi.name in initializers or vi.name in self.input_shapes or \
+                    vi.type.WhichOneof("value") != "tensor_type" or \
+                    not vi.type.tensor_type.HasField("shape"):
+                continue
+            dims = vi.type.tensor_type.shape.dim
+            axes = [(k, d.dim_param or "?") for k, d in enumerate(dims)
+                    if not d.HasField("dim_value")]
+            if axes:
+                shown = ", ".join(d.dim_param or "?" if not d.HasField("dim_value")
+                                  else str(d.dim_value) for d in dims)
+                symbolic[vi.name] = (shown, axes)
+        if not symbolic:
+            return
+        parts = []
+        for name, (shown, axes) in symbolic.items():
+            named = " and ".join(f"symbolic dimension {p!r} at axis {k}" for k, p in axes)
+            parts.append(f"input {name!r} of shape ({shown}) has {named}")
+        example = ", ".join(f"{name!r}: (...)" for name in symbolic)
+        flags = " ".join(f"--input-shape {name}=DxDx..." for name in symbolic)
+        raise FrontendError(f"{'; '.join(parts)}; pass input_shapes={{{example}}} to fix "
+                            f"their shapes (tune-model: {flags})")
+
     def _input_type(self, vi) -> tuple[tuple, str]:
         if vi.type.WhichOneof("value") != "tensor_type":
             raise FrontendError(f"graph input {vi.name!r} is not a tensor (its type is "
@@ -434,18 +470,12 @@ class Importer:
             raise FrontendError(f"graph input {vi.name!r} declares no shape; pass "
                                 f"input_shapes={{{vi.name!r}: (...)}} to give it one")
         else:
-            dims = []
-            for d in tt.shape.dim:
-                if d.HasField("dim_value") and d.dim_value > 0:
-                    dims.append(d.dim_value)
-                elif d.HasField("dim_value"):
-                    raise FrontendError(f"graph input {vi.name!r} has dimension "
-                                        f"{d.dim_value}; dimensions must be at least 1")
-                else:
-                    raise FrontendError(f"graph input {vi.name!r} has a symbolic dimension "
-                                        f"{d.dim_param or '?'!r}; pass input_shapes="
-                                        f"{{{vi.name!r}: (...)}} to fix its shape")
-            dims = tuple(dims)
+            # Symbolic dimensions were refused before, all inputs at once.
+            dims = tuple(d.dim_value for d in tt.shape.dim)
+            for d in dims:
+                if d < 1:
+                    raise FrontendError(f"graph input {vi.name!r} has dimension {d} (shape "
+                                        f"{dims}); dimensions must be at least 1")
         size = math.prod(dims)
         if size > self.max_elements:
             raise FrontendError(f"graph input {vi.name!r} of shape {dims} has {size} elements, "

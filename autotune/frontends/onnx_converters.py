@@ -801,9 +801,12 @@ def _expand(ctx: Importer) -> None:
         array = ctx.const(x, "data")
         ctx.set_output(ctx.constant(contiguous(np.broadcast_to(array, out_shape))))
         return
-    # A broadcast add of zeros has the expanded shape and stays injective.
+    # A broadcast add of zeros has the expanded shape and stays injective; a bool tensor (a
+    # mask expanded to the scores' shape, as DistilBERT's masked_fill exports) has no '+', and
+    # an 'or' with False is its identity instead.
     zeros = ctx.constant(np.zeros(target, dtype=xt.dtype))
-    ctx.set_output(ctx.add("add", [x, zeros]))
+    op = "logical_or" if xt.dtype == "bool" else "add"
+    ctx.set_output(ctx.add(op, [x, zeros]))
 
 
 @_converter("Trilu", inputs=(1, 2))

@@ -6,7 +6,10 @@ opset 18).  Run by hand after changing a model:
     python tests/models/make_corpus.py
 
 Each file is a few kB to a few hundred kB; ``MODELS`` maps a file name to its builder and
-input shape, which the corpus test reads too.
+input shape, which the corpus test reads too.  The real PyTorch exports of the same families
+are written by ``export_torch.py``; these hand-written graphs stay for the operators those
+exports do not bring (Einsum, Trilu, InstanceNormalization with Elu, Mish, PRelu, Resize by
+sizes).
 """
 from __future__ import annotations
 
