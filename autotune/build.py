@@ -96,7 +96,6 @@ class Kernel:
         self.num_threads: int = meta.get("num_threads", 0)
         self.triple: str = meta.get("triple", "")
         self.func = func
-        self._meta = meta
         self._owner = owner  # keeps the JIT engine / shared library alive
         self._compiled = compiled
         self._object_code = object_code if object_code is not None else (

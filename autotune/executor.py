@@ -26,6 +26,7 @@ from tensor_ir.errors import BuildError
 from .graph.ir import Model
 from .graph.passes import ALIGNMENT, MemoryPlan
 from .graph.types import TensorType, contiguous
+from .measure.runner import aligned_empty
 
 __all__ = ["Executor", "Step", "BenchmarkResult", "FunctionReport", "BuildReport"]
 
@@ -126,12 +127,6 @@ class BenchmarkResult:
                 f"x {self.number})")
 
 
-def _aligned_storage(nbytes: int) -> np.ndarray:
-    raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % ALIGNMENT
-    return raw[offset:offset + nbytes]
-
-
 def _aligned_copy(array: np.ndarray) -> np.ndarray:
     """``array`` in storage aligned like the planned buffers.  numpy's own allocations are
     only 16-byte aligned, and a tuned kernel's 64-byte vector loads from such a weight split
@@ -139,7 +134,7 @@ def _aligned_copy(array: np.ndarray) -> np.ndarray:
     left where numpy put them than on the aligned arrays they were tuned on."""
     if array.ctypes.data % ALIGNMENT == 0:
         return array
-    copy = _aligned_storage(array.nbytes).view(array.dtype).reshape(array.shape)
+    copy = aligned_empty(array.shape, array.dtype, ALIGNMENT)
     copy[...] = array
     return copy
 
@@ -174,7 +169,7 @@ class Executor:
         self.report = report
         self.target = target
         self._lock = threading.Lock()
-        self._storages = [_aligned_storage(n) for n in plan.sizes]
+        self._storages = [aligned_empty((n,), np.uint8, ALIGNMENT) for n in plan.sizes]
         arrays: dict[str, np.ndarray] = {}
         # The model's weights, and those the builder derived for its kernels (packed into a
         # kernel's layout).

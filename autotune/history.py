@@ -117,9 +117,6 @@ class ApplyHistoryBest:
                                  for e in served],
         }
 
-    def missing(self) -> list[str]:
-        return [e.name for e in self.entries if not e.served]
-
 
 _local = threading.local()
 

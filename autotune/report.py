@@ -29,35 +29,23 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from search.task_scheduler import SchedulerTask, estimated_latency
 from tensor_ir.target import Target
 
-__all__ = ["ModelReport", "TaskRow", "format_duration", "format_report", "format_seconds", "load",
-           "peak_bandwidth", "peak_flops", "refresh", "roofline", "roofline_fraction", "save_plot",
-           "store"]
+__all__ = ["ModelReport", "format_duration", "format_report", "format_seconds", "load",
+           "peak_bandwidth", "peak_flops", "refresh", "roofline", "roofline_fraction",
+           "save_plot", "store"]
 
 NOTE_PREFIX = "tune_model/"
 
 
-@dataclass
-class TaskRow:
-    """One task in the report (``best_seconds`` is math.inf when nothing ran successfully)."""
-
-    name: str
-    key: str
-    weight: int
-    flops: float
-    bytes: float
-    group: str = ""
-    trials: int = 0
-    errors: int = 0
-    best_seconds: float = math.inf
-    status: str = "waiting"
-    error: str | None = None
+# The task fields a stored report keeps (the rest of a SchedulerTask is a run's working state).
+_STORED_FIELDS = ("name", "key", "weight", "flops", "bytes", "group", "trials", "errors",
+                  "best_seconds", "status", "error")
 
 
 @dataclass
@@ -71,7 +59,7 @@ class ModelReport:
 
     model: str
     target: str
-    tasks: list[TaskRow]
+    tasks: list[SchedulerTask]
     budget: int | None = None
     trials_run: int = 0
     wall_seconds: float = 0.0
@@ -87,23 +75,20 @@ class ModelReport:
 
     @property
     def estimated_latency(self) -> float:
-        return estimated_latency(_as_scheduler_tasks(self.tasks))[0]
+        return estimated_latency(self.tasks)[0]
 
     @property
-    def failed(self) -> list[TaskRow]:
+    def failed(self) -> list[SchedulerTask]:
         return [t for t in self.tasks if t.status == "failed"]
 
     def to_json(self) -> dict:
-        doc = asdict(self)
+        # The curve is left out: it is rebuilt from the records when loaded.
+        doc = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in ("tasks", "curve")}
+        rows = ({k: getattr(t, k) for k in _STORED_FIELDS} for t in self.tasks)
         doc["tasks"] = [{k: (None if isinstance(v, float) and math.isinf(v) else v)
-                         for k, v in row.items()} for row in doc["tasks"]]
-        doc.pop("curve")  # rebuilt from the records when loaded
+                         for k, v in row.items()} for row in rows]
         return doc
-
-
-def _as_scheduler_tasks(rows) -> list[SchedulerTask]:
-    return [SchedulerTask(r.name, r.key, r.weight, r.flops, r.bytes, r.group,
-                          best_seconds=r.best_seconds) for r in rows]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,8 +367,8 @@ def load(db, model: str | None = None, target: str | None = None) -> list[ModelR
             continue
         if target is not None and doc["target"] != target:
             continue
-        rows = [TaskRow(**{**r, "best_seconds": math.inf if r.get("best_seconds") is None
-                           else r["best_seconds"]}) for r in doc.pop("tasks")]
+        rows = [SchedulerTask(**{**r, "best_seconds": math.inf if r.get("best_seconds") is None
+                                 else r["best_seconds"]}) for r in doc.pop("tasks")]
         report = ModelReport(tasks=rows, **doc)
         refresh(db, report)
         out.append(report)
@@ -402,9 +387,7 @@ def refresh(db, report: ModelReport) -> None:
             best.score if best.score is not None else best.median)
         events.extend((r.record_id, i, math.inf if r.is_error else r.median) for r in records)
     events.sort()
-    tasks = _as_scheduler_tasks(report.tasks)
-    for t in tasks:
-        t.best_seconds = math.inf
+    tasks = [replace(t, best_seconds=math.inf) for t in report.tasks]
     curve = []
     for n, (_, i, seconds) in enumerate(events, 1):
         # A point where the estimate changes (a step plot holds it in between), and the end.

@@ -133,19 +133,13 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         raise TuneError(f"autotune.tune needs a PrimFunc, got {type(func).__name__}")
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 0:
         raise TuneError(f"autotune.tune: trials must be an int >= 0, got {trials!r}")
-    try:
-        settings = search.SearchConfig(batch_size=batch_size, seed=seed, warm_start=warm_start,
-                                       remeasure_top=remeasure_top,
-                                       remeasure_rounds=remeasure_rounds)
-    except search.SearchError as err:
-        raise TuneError(f"autotune.tune: {err}") from None
+    settings, config = checked_settings(
+        "autotune.tune", measure_config, runner, batch_size=batch_size, seed=seed,
+        warm_start=warm_start, remeasure_top=remeasure_top, remeasure_rounds=remeasure_rounds)
     if not isinstance(heldout, int) or isinstance(heldout, bool) or heldout < 0:
         raise TuneError(f"autotune.tune: heldout must be an int >= 0, got {heldout!r}")
     if not isinstance(top_up, bool):
         raise TuneError(f"autotune.tune: top_up must be True or False, got {top_up!r}")
-    if measure_config is not None and not isinstance(measure_config, MeasureConfig):
-        raise TuneError(f"autotune.tune: measure_config must be a MeasureConfig, got "
-                        f"{type(measure_config).__name__}")
     target = target if isinstance(target, Target) else Target(target)
     if space is not None and (not isinstance(space, DesignSpace) or space.func is not func):
         raise TuneError("autotune.tune: space must be a DesignSpace made from the same func")
@@ -153,8 +147,6 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         else search.create(strategy)
     cost_model = cost_models.create(cost_model, seed=seed) if isinstance(cost_model, str) \
         else cost_models.create(cost_model)
-    config = measure_config or (runner.config if isinstance(runner, Runner)
-                                and runner.config is not None else MeasureConfig())
 
     # 2. Open what is ours to open (and close it, whatever happens).
     with measurement(database, builder, runner, config, "autotune.tune") as opened:
@@ -170,27 +162,36 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         return out
 
 
+def checked_settings(caller: str, measure_config, runner, **knobs
+                     ) -> tuple[search.SearchConfig, MeasureConfig]:
+    """The settings ``tune`` and ``tune_model`` check alike, before any process starts: the
+    loops' SearchConfig of ``knobs``, and the MeasureConfig to time with (``measure_config``,
+    else the given runner's, else the default).  A bad one is a TuneError naming ``caller``."""
+    try:
+        settings = search.SearchConfig(**knobs)
+    except search.SearchError as err:
+        raise TuneError(f"{caller}: {err}") from None
+    if measure_config is not None and not isinstance(measure_config, MeasureConfig):
+        raise TuneError(f"{caller}: measure_config must be a MeasureConfig, got "
+                        f"{type(measure_config).__name__}")
+    return settings, measure_config or (runner.config if isinstance(runner, Runner)
+                                        and runner.config is not None else MeasureConfig())
+
+
 def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Builder,
-                runner: Runner, settings: search.SearchConfig, strategy, cost_model, *,
-                measure_config: MeasureConfig, log=None, space: DesignSpace | None = None,
-                seed: int | None = None) -> search.TuningLoop:
+                runner: Runner, settings: search.SearchConfig,
+                strategy: search.SearchStrategy, cost_model: cost_models.CostModel, *,
+                measure_config: MeasureConfig, log=None,
+                space: DesignSpace | None = None) -> search.TuningLoop:
     """The tuning loop of one workload, as ``tune`` and ``tune_model`` run it: the function's
     design space (or ``space``), with the default schedule -- what a build uses without a
-    record -- measured first, so that a short run never ends slower than no tuning at all.
-    ``strategy`` and ``cost_model`` are kinds (made with ``seed``, default the settings') or
-    instances."""
-    seed = settings.seed if seed is None else seed
-
-    def made(create, kind):
-        return create(kind, seed=seed) if isinstance(kind, str) else create(kind)
-
+    record -- measured first, so that a short run never ends slower than no tuning at all."""
     seeds = []
     if space is None:
         space = DesignSpace(func, target)
         default = default_candidate(func, target)
         seeds = [default.final_trace] if default is not None else []
-    return search.TuningLoop(space, made(search.create, strategy),
-                             made(cost_models.create, cost_model), builder, runner, database,
+    return search.TuningLoop(space, strategy, cost_model, builder, runner, database,
                              config=settings, measure_config=measure_config, log=log,
                              seed_traces=seeds)
 

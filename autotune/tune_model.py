@@ -27,6 +27,7 @@ built from the database to report its coverage (share of FLOPs served by records
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 import time
@@ -43,9 +44,9 @@ from .executor import BuildReport
 from .frontends import load_model
 from .graph.ir import Model
 from .graph.tasks import extract_tasks
-from .measure import MeasureConfig, Runner
-from .report import ModelReport, TaskRow, format_report, refresh, store
-from .tune import TuneError, measurement, tuning_loop
+from .measure import MeasureConfig
+from .report import ModelReport, format_report, refresh, store
+from .tune import TuneError, checked_settings, measurement, tuning_loop
 
 __all__ = ["CoverageError", "TuneModelResult", "model_tasks", "parse_duration", "tune_model"]
 
@@ -182,19 +183,16 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
     if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool)
                                or trials < 0):
         raise TuneError(f"tune_model: trials must be an int >= 0, got {trials!r}")
+    settings, config = checked_settings(
+        "tune_model", measure_config, runner, batch_size=batch_size, seed=seed,
+        warm_start=warm_start, remeasure_top=remeasure_top, remeasure_rounds=remeasure_rounds)
     try:
-        settings = search.SearchConfig(batch_size=batch_size, seed=seed, warm_start=warm_start,
-                                       remeasure_top=remeasure_top,
-                                       remeasure_rounds=remeasure_rounds)
         sharing = search.SchedulerConfig(policy=policy, patience=patience)
     except search.SearchError as err:
         raise TuneError(f"tune_model: {err}") from None
     if min_coverage is not None and not 0 <= min_coverage <= 1:
         raise TuneError(f"tune_model: min_coverage is a share of FLOPs in [0, 1], got "
                         f"{min_coverage!r}")
-    if measure_config is not None and not isinstance(measure_config, MeasureConfig):
-        raise TuneError(f"tune_model: measure_config must be a MeasureConfig, got "
-                        f"{type(measure_config).__name__}")
     target = target if isinstance(target, Target) else Target(target)
     now = time.time()
     limits = [d for d in (deadline, None if time_budget is None
@@ -211,8 +209,6 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
     shared_model = cost_models.create(cost_model, seed=seed)
     if not share_cost_model:
         shared_model = None
-    config = measure_config or (runner.config if isinstance(runner, Runner)
-                                and runner.config is not None else MeasureConfig())
 
     # 2. What is ours to open is closed at the end, whatever happens.
     with measurement(database, builder, runner, config, "tune_model",
@@ -221,10 +217,12 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         index = {t.key: i for i, t in enumerate(tasks)}
 
         def make_loop(task: SchedulerTask) -> search.TuningLoop:
-            return tuning_loop(task.func, target, db, builder, runner, settings, strategy,
-                               shared_model if shared_model is not None else cost_model,
-                               measure_config=config, log=log,
-                               seed=seed * 1_000_003 + index[task.key])
+            task_seed = seed * 1_000_003 + index[task.key]
+            model = shared_model if shared_model is not None else \
+                cost_models.create(cost_model, seed=task_seed)
+            return tuning_loop(task.func, target, db, builder, runner, settings,
+                               search.create(strategy, seed=task_seed), model,
+                               measure_config=config, log=log)
 
         # 3. Search.
         scheduler = TaskScheduler(
@@ -233,11 +231,11 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         outcome = scheduler.run()
 
         # 4. Report, stored before the build so that an interrupted build loses nothing.
+        # A copy of each task: refreshing the report from the records leaves the result's
+        # tasks as the scheduler left them.
         report = ModelReport(
-            model.name, str(target),
-            [TaskRow(t.name, t.key, t.weight, t.flops, t.bytes, t.group, t.trials, t.errors,
-                     t.best_seconds, t.status, t.error) for t in tasks],
-            budget=trials, trials_run=outcome.trials_run, wall_seconds=outcome.wall_seconds,
+            model.name, str(target), [copy.copy(t) for t in tasks], budget=trials,
+            trials_run=outcome.trials_run, wall_seconds=outcome.wall_seconds,
             stopped=outcome.stopped, started=now)
         refresh(db, report)   # the curve over every stored record, earlier runs included
         store(db, report)

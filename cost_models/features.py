@@ -239,12 +239,10 @@ class _Walker:
             self.visit(s.body)
         elif isinstance(s, Evaluate):
             return
-        elif isinstance(s, BlockRealize):
-            raise FeatureError(f"found block {s.block.name!r}: features are extracted from "
+        elif isinstance(s, (BlockRealize, Block)):
+            block = s.block if isinstance(s, BlockRealize) else s
+            raise FeatureError(f"found block {block.name!r}: features are extracted from "
                                f"lowered programs")
-        elif isinstance(s, Block):
-            raise FeatureError(f"found block {s.name!r}: features are extracted from lowered "
-                               f"programs")
         else:
             raise FeatureError(f"unsupported statement {type(s).__name__} in a lowered program")
 

@@ -58,6 +58,7 @@ returned; ``best_k`` warns once (RecordsWarning) when such records exist and are
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -79,7 +80,7 @@ from .errors import DatabaseError
 from .fingerprint import fingerprint_differences, hardware_hash, target_fingerprint
 from .jsonl import export_jsonl, import_jsonl
 from .keys import canonical_json, canonical_target, spread, workload_key
-from .record import TuningRecord, host_name, library_version
+from .record import TuningRecord, host_name, json_dict, library_version
 from .workload import WORKLOAD_FORMAT_VERSION, Workload
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Database", "RecordsWarning"]
@@ -312,9 +313,7 @@ class Database:
         with self._write("migrating the schema", opening=True) as conn:
             # Re-read inside the write lock: another process may have created or migrated
             # the file since the checks in _open.
-            tables = {name for (name,) in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            app_id, tables = self._schema_facts(verify=False)
             version = 0 if (not tables and app_id == 0) else self._check_ours(app_id, tables)
             if version == SCHEMA_VERSION:
                 return
@@ -480,7 +479,7 @@ class Database:
                 resolved[r.target] = (canonical, fp)
             canonical, fp = resolved[r.target]
             if canonical != r.target:
-                r = TuningRecord(**{**_init_fields(r), "target": canonical})
+                r = dataclasses.replace(r, target=canonical)
             batch.append((r, fp))
         # 2. One transaction for the batch.
         fp_ids: dict[str, int] = {}
@@ -547,7 +546,7 @@ class Database:
         if not times or not all(math.isfinite(t) and t >= 0 for t in times):
             raise ValueError(f"re-measured run times must be a non-empty list of finite "
                              f"seconds, got {run_times!r}")
-        config_text = canonical_json(_plain(config))
+        config_text = canonical_json(json_dict(config, "config"))
         with self._write(f"storing a re-measurement of record {record_id}") as conn:
             row = conn.execute("SELECT run_times, error_kind FROM records WHERE id = ?",
                                (record_id,)).fetchone()
@@ -659,32 +658,17 @@ class Database:
     def records(self, workload, target=None, include_errors: bool = True) -> list[TuningRecord]:
         """Every record of a workload (all targets, or one target string, matched exactly
         after canonicalisation and without a fingerprint check), oldest first."""
-        key = workload_key(workload)
-        where, params = ["r.workload_key = ?"], [key]
-        if target is not None:
-            where.append("r.target = ?")
-            params.append(canonical_target(target))
-        if not include_errors:
-            where.append("r.error_kind IS NULL")
+        where, params = _record_filter(workload_key(workload), target, include_errors)
         with self._read("reading records") as conn:
-            rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE "
-                                f"{' AND '.join(where)} ORDER BY r.id", params).fetchall()
+            rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r{where} ORDER BY r.id",
+                                params).fetchall()
             return self._readable(conn, rows)
 
     def count(self, workload=None, target=None, include_errors: bool = True) -> int:
         """Number of records, optionally of one workload and/or target string."""
-        where, params = [], []
-        if workload is not None:
-            where.append("workload_key = ?")
-            params.append(workload_key(workload))
-        if target is not None:
-            where.append("target = ?")
-            params.append(canonical_target(target))
-        if not include_errors:
-            where.append("error_kind IS NULL")
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        where, params = _record_filter(workload, target, include_errors)
         with self._read("counting records") as conn:
-            return conn.execute(f"SELECT COUNT(*) FROM records{clause}", params).fetchone()[0]
+            return conn.execute(f"SELECT COUNT(*) FROM records r{where}", params).fetchone()[0]
 
     def has_record(self, workload, target, trace_hash: str,
                    check_fingerprint: bool = True) -> bool:
@@ -884,13 +868,10 @@ class Database:
 
     def _dump(self, conn, key: str | None, target: str | None) -> Iterator[dict]:
         if target is not None:
-            where, params = ["r.target = ?"], [target]
-            if key is not None:
-                where.append("r.workload_key = ?")
-                params.append(key)
+            where, params = _record_filter(key, target)
             keys = [k for (k,) in conn.execute(
                 "SELECT key FROM workloads WHERE key IN (SELECT DISTINCT r.workload_key FROM "
-                f"records r WHERE {' AND '.join(where)}) ORDER BY rowid", params)]
+                f"records r{where}) ORDER BY rowid", params)]
         elif key is not None:
             if conn.execute("SELECT 1 FROM workloads WHERE key = ?", (key,)).fetchone() is None:
                 raise DatabaseError(f"database {self.path} has no workload {key}")
@@ -904,13 +885,9 @@ class Database:
             yield {"kind": "workload", "format_version": WORKLOAD_FORMAT_VERSION, "key": k,
                    "name": name, "func": json.loads(func)}
         for k in keys:
-            if target is None:
-                rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE "
-                                    f"r.workload_key = ? ORDER BY r.id", (k,))
-            else:
-                rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r WHERE "
-                                    f"r.workload_key = ? AND r.target = ? ORDER BY r.id",
-                                    (k, target))
+            where, params = _record_filter(k, target)
+            rows = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM records r{where} ORDER BY r.id",
+                                params)
             for record in self._readable(conn, rows.fetchall()):
                 data = record.to_json()
                 data["kind"] = "record"
@@ -979,21 +956,20 @@ def _summarise(problems: list[str], shown: int = 3) -> str:
     return "; ".join(lines[:shown]) + more
 
 
-def _init_fields(record: TuningRecord) -> dict:
-    return {f: getattr(record, f) for f in record.__dataclass_fields__
-            if record.__dataclass_fields__[f].init}
-
-
-def _plain(config) -> dict:
-    import dataclasses
-
-    if config is None:
-        return {}
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return dataclasses.asdict(config)
-    if isinstance(config, Mapping):
-        return dict(config)
-    raise TypeError(f"config must be a dict or dataclass, got {type(config).__name__}")
+def _record_filter(workload=None, target=None, include_errors: bool = True) -> tuple[str, list]:
+    """The `` WHERE ...`` clause (empty when nothing is asked) selecting records ``r`` of a
+    workload and/or a target string (matched exactly after canonicalisation), and its
+    parameters."""
+    where, params = [], []
+    if workload is not None:
+        where.append("r.workload_key = ?")
+        params.append(workload_key(workload))
+    if target is not None:
+        where.append("r.target = ?")
+        params.append(canonical_target(target))
+    if not include_errors:
+        where.append("r.error_kind IS NULL")
+    return (f" WHERE {' AND '.join(where)}" if where else ""), params
 
 
 def _check_file(path: str, create: bool) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "TuningRecord",
     "canonical_json",
     "host_name",
+    "json_dict",
     "library_version",
     "trace_hash",
     "trace_text",
@@ -96,19 +97,19 @@ def host_name() -> str:
     return socket.gethostname() or "unknown"
 
 
-def _json_dict(value, what: str) -> dict:
-    """A plain-JSON copy of a dict or dataclass (tuples become lists)."""
+def json_dict(value, what: str) -> dict:
+    """A plain-JSON copy of a dict or dataclass (tuples become lists); ``what`` names the
+    value in errors."""
     if value is None:
         return {}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
     if not isinstance(value, Mapping):
-        raise TypeError(f"TuningRecord.{what} must be a dict or a dataclass, got "
-                        f"{type(value).__name__}")
+        raise TypeError(f"{what} must be a dict or a dataclass, got {type(value).__name__}")
     try:
         return json.loads(json.dumps(dict(value), sort_keys=True))
     except (TypeError, ValueError) as err:
-        raise ValueError(f"TuningRecord.{what} is not JSON-serialisable: {err}") from None
+        raise ValueError(f"{what} is not JSON-serialisable: {err}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,8 +199,8 @@ class TuningRecord:
         setattr_(self, "timestamp", float(self.timestamp))
         setattr_(self, "host", str(self.host))
         setattr_(self, "version", str(self.version))
-        setattr_(self, "config", _json_dict(self.config, "config"))
-        setattr_(self, "details", _json_dict(self.details, "details"))
+        setattr_(self, "config", json_dict(self.config, "TuningRecord.config"))
+        setattr_(self, "details", json_dict(self.details, "TuningRecord.details"))
         # 3. The uid: what makes two records the same measurement.  Re-measurements and
         # database ids are not part of it, so an exported record matches its original.
         identity = canonical_json([self.workload_key, target, self.trace_hash,

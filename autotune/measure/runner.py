@@ -53,7 +53,7 @@ from tensor_ir.visitor import walk
 
 from .worker import WorkerProcess
 
-__all__ = ["LocalRunner", "param_spec", "workload_inputs"]
+__all__ = ["LocalRunner", "aligned_empty", "param_spec", "workload_inputs"]
 
 # Seconds the tuner adds to MeasureConfig.timeout before declaring a worker hung: loading the
 # artifact, the output check and the pipe round trip happen outside the worker's own budget.
@@ -248,11 +248,12 @@ def workload_seed(workload_key: str) -> int:
 # Worker side
 # ---------------------------------------------------------------------------------------------
 
-def _aligned_empty(shape: tuple, dtype: str) -> np.ndarray:
+def aligned_empty(shape: tuple, dtype, align: int = _ALIGN) -> np.ndarray:
+    """An uninitialised array whose data starts at a multiple of ``align`` bytes."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
-    offset = (-raw.ctypes.data) % _ALIGN
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % align
     return raw[offset:offset + nbytes].view(dtype).reshape(shape)
 
 
@@ -264,7 +265,7 @@ def workload_inputs(params: Sequence[dict], seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = []
     for p in params:
-        a = _aligned_empty(tuple(p["shape"]), p["dtype"])
+        a = aligned_empty(tuple(p["shape"]), p["dtype"])
         if not p["written"]:
             kind = a.dtype.kind
             if kind == "f":
