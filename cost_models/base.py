@@ -41,13 +41,15 @@ class ModelInput:
     ``func`` is the scheduled PrimFunc (or a lowered one); ``workload`` a key for the workload
     it implements (candidates are only ranked against others of the same workload; by
     default the function's name and parameter shapes); ``features`` may be given when known
-    (read back from a database), in which case ``func`` may be None.
+    (read back from a database), in which case ``func`` may be None.  ``target`` (a Target or
+    its string) is what ``func`` is built for: a GPU target lowers it as the GPU build does and
+    sizes the occupancy estimate; None tells GPU programs by their thread bindings.
     """
 
-    __slots__ = ("_features", "_workload", "func")
+    __slots__ = ("_features", "_workload", "func", "target")
 
     def __init__(self, func: PrimFunc | None = None, workload: str | None = None,
-                 features: np.ndarray | None = None):
+                 features: np.ndarray | None = None, target=None):
         if func is None and features is None:
             raise CostModelError("a ModelInput needs a func or precomputed features")
         if func is not None and not isinstance(func, PrimFunc):
@@ -59,6 +61,7 @@ class ModelInput:
                                      f"({_features.NUM_FEATURES},) for feature version "
                                      f"{_features.FEATURE_VERSION}")
         self.func = func
+        self.target = target
         self._workload = workload
         self._features = features
 
@@ -71,7 +74,7 @@ class ModelInput:
     @property
     def features(self) -> np.ndarray:
         if self._features is None:
-            self._features = _features.features(self.func)
+            self._features = _features.features(self.func, self.target)
         return self._features
 
     def __repr__(self) -> str:
@@ -113,9 +116,13 @@ def feature_matrix(candidates: Sequence) -> np.ndarray:
                                  f"shape {candidates.shape}")
         return candidates.astype(np.float32, copy=False)
     cands = as_candidates(candidates)
-    missing = [c for c in cands if c._features is None]
-    if missing:
-        rows = _features.extract([c.func for c in missing])
+    # One batch per target (its string names it): the target decides the lowering.
+    by_target: dict[str, list[ModelInput]] = {}
+    for c in cands:
+        if c._features is None:
+            by_target.setdefault(str(c.target) if c.target is not None else "", []).append(c)
+    for missing in by_target.values():
+        rows = _features.extract([c.func for c in missing], missing[0].target)
         for c, row in zip(missing, rows):
             c._features = row
     if not cands:

@@ -13,8 +13,23 @@ can be cached per sketch later (only loop extents change between candidates of o
    stride matrix and the extents, never from iterating loops.  :func:`program_features`
    aggregates the stores (sum, max and the dominant store) and appends global features.
 
+GPU programs (a target that ``is_gpu``, or with no target given, a program with loops bound
+to ``blockIdx``/``threadIdx``/``vthread``) are lowered as the GPU build lowers them
+(:func:`tensor_ir.thread_reduce.lower_for_gpu`: cross-thread reductions become a per-thread
+accumulation and a shared-memory tree) and fill the GPU block, the last ``len(GPU_FEATURES)``
+columns of the global section (``global.gpu_*``); for CPU programs it is all zeros, so a CPU row
+means what it meant in version 1.  The block holds the dominant kernel's launch (threads per
+block, blocks, vthreads, warps), its shared memory per block, local bytes and an estimate of the
+registers per thread, the blocks per multiprocessor each resource allows under the target's
+limits (:class:`GpuLimits`) and the occupancy that follows, global traffic and arithmetic per
+global byte, and the per-store GPU values (:data:`GPU_STORE_FEATURES`) aggregated like the
+store rows (sum, max, dominant store): accesses per thread, the coalescing of each global
+access (the stride, in elements, of the access along the kernel's innermost-varying thread
+index: 0 broadcast, 1 coalesced, more strided), shared accesses whose stride makes bank
+conflicts likely, and whether the store belongs to a cross-thread reduction.
+
 Every value is non-negative and log-transformed (``log2(1 + x)``).  :func:`extract` is the
-batched entry point: ``extract(funcs) -> ndarray [n, NUM_FEATURES]`` (float32).
+batched entry point: ``extract(funcs, target=None) -> ndarray [n, NUM_FEATURES]`` (float32).
 """
 from __future__ import annotations
 
@@ -59,9 +74,13 @@ from tensor_ir.stmt import (
     LetStmt,
     SeqStmt,
 )
+from tensor_ir.target import Target
+from tensor_ir.thread_reduce import lower_cross_thread_reductions
+from tensor_ir.visitor import collect
 
 # Bump when the layout or meaning of the vector changes: stored models check it.
-FEATURE_VERSION = 1
+# 2: the GPU block at the end of the global section (zeros for CPU programs).
+FEATURE_VERSION = 2
 
 CACHE_LINE_BYTES = 64
 TOP_BUFFERS = 4          # buffers per store, the largest by accessed bytes first
@@ -120,6 +139,30 @@ GLOBAL_FEATURES = (
     "total_bytes", "total_unique_bytes", "total_intensity", "outer_parallel_max",
 )  # the first nine come from the walk (ProgramAnalysis.globals_), the rest from the numbers
 
+# Per-store GPU values, "per thread" meaning per launched thread (averaged over the threads
+# of the kernel: a store only thread 0 runs counts 1 / threads).
+GPU_STORE_FEATURES = (
+    "exec_per_thread", "flops_per_thread", "global_loads_per_thread",
+    "global_stores_per_thread", "global_coalesced", "global_broadcast", "global_strided",
+    "global_stride_max", "global_sectors", "shared_accesses_per_thread",
+    "shared_conflict_accesses", "shared_conflict_degree", "cross_thread_reduction",
+)
+# Launch and resources of the dominant kernel (the one holding the dominant store).
+GPU_KERNEL_FEATURES = (
+    "is_gpu", "num_kernels", "threads_per_block", "threads_x", "num_blocks", "vthreads",
+    "warps_per_block", "idle_lanes", "shared_bytes_per_block", "local_bytes_per_thread",
+    "registers_per_thread", "blocks_per_sm_threads", "blocks_per_sm_shared",
+    "blocks_per_sm_registers", "blocks_per_sm", "occupancy", "global_bytes",
+    "arith_per_global_byte", "cross_thread_reduction_stores",
+)
+GPU_FEATURES = (
+    tuple(f"gpu_{name}" for name in GPU_KERNEL_FEATURES)
+    + tuple(f"gpu_{agg}_{name}" for agg in ("sum", "max", "top")
+            for name in GPU_STORE_FEATURES)
+)
+_CPU_GLOBAL_FEATURES = GLOBAL_FEATURES
+GLOBAL_FEATURES = _CPU_GLOBAL_FEATURES + GPU_FEATURES
+
 # Aggregations of the per-store rows: sum (of raw values, logged after summing), max (of the
 # logged values) and the row of the dominant store (the one with the most weighted work).
 AGGREGATIONS = ("sum", "max", "top")
@@ -129,6 +172,7 @@ FEATURE_NAMES = (
     + tuple(f"global.{name}" for name in GLOBAL_FEATURES)
 )
 NUM_FEATURES = len(FEATURE_NAMES)
+GPU_OFFSET = NUM_FEATURES - len(GPU_FEATURES)   # first column of the GPU block
 
 _LOOP_OFFSET = len(OP_KINDS)
 _BUF_OFFSET = _LOOP_OFFSET + len(LOOP_FEATURES)
@@ -149,6 +193,45 @@ def feature_names() -> tuple[str, ...]:
 # Loop kind codes in ProgramAnalysis.kinds (-1 pads the loop axis).
 _KIND_CODES = {SERIAL: 0, PARALLEL: 1, VECTORIZED: 2, UNROLLED: 3}
 _BLOCK_IDX, _THREAD_IDX, _VTHREAD = 4, 5, 6
+# Hardware axis codes in ProgramAnalysis.axes: 1-3 threadIdx.x/y/z, 4-6 blockIdx.x/y/z, else 0.
+_AXIS_CODES = {"threadIdx.x": 1, "threadIdx.y": 2, "threadIdx.z": 3,
+               "blockIdx.x": 4, "blockIdx.y": 5, "blockIdx.z": 6}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLimits:
+    """The per-multiprocessor resources the occupancy estimate divides among blocks.
+
+    A CUDA target knows them all; an OpenCL target only its per-block limits, so the rest
+    take the values of a common NVIDIA multiprocessor (as does featurising without a target).
+    """
+
+    warp_size: int = 32
+    threads_per_sm: int = 2048
+    shared_per_sm: int = 48 * 1024
+    registers_per_sm: int = 65536
+    max_blocks_per_sm: int = 32
+    banks: int = 32
+
+    @classmethod
+    def from_target(cls, target: Target | None) -> GpuLimits:
+        if target is None or not target.is_gpu:
+            return cls()
+        base = cls()
+        per_block_threads = getattr(target, "max_threads_per_block", None) or 0
+        shared = (getattr(target, "max_shared_memory_per_block_optin", None)
+                  or getattr(target, "max_shared_memory_per_block", None) or base.shared_per_sm)
+        return cls(
+            warp_size=getattr(target, "warp_size", None) or base.warp_size,
+            threads_per_sm=(getattr(target, "max_threads_per_multiprocessor", None)
+                            or max(base.threads_per_sm, per_block_threads)),
+            shared_per_sm=shared,
+            registers_per_sm=getattr(target, "registers_per_block", None)
+            or base.registers_per_sm)
+
+    def as_row(self) -> list:
+        return [self.warp_size, self.threads_per_sm, self.shared_per_sm, self.registers_per_sm,
+                self.max_blocks_per_sm, self.banks]
 
 
 @dataclass(slots=True)
@@ -183,6 +266,16 @@ class ProgramAnalysis:
     group_local: np.ndarray  # [G] the buffer is not in global scope
     group_elem_bytes: np.ndarray  # [G]
     globals_: np.ndarray     # [P, 9] per-program counts (see _GLOBAL_STATIC)
+    # GPU structure (filled for every program; used where is_gpu holds).
+    axes: np.ndarray         # [S, N] hardware axis codes (_AXIS_CODES), 0 padding
+    store_kernel: np.ndarray  # [S] kernel of each store (numbered across the batch)
+    store_ctr: np.ndarray    # [S] the store belongs to a lowered cross-thread reduction
+    group_shared: np.ndarray  # [G] the buffer is in shared scope
+    kernel_starts: np.ndarray  # [P + 1] first kernel of each program, then the total
+    kernel_shared: np.ndarray  # [K] shared bytes allocated per block
+    kernel_local: np.ndarray  # [K] local bytes allocated per thread
+    is_gpu: np.ndarray       # [P]
+    gpu_limits: np.ndarray   # [P, 6] GpuLimits.as_row()
 
     @property
     def num_programs(self) -> int:
@@ -202,15 +295,21 @@ class _Walker:
     """One walk over a lowered body; keeps the loop stack, guards and let bindings and writes
     plain Python lists that :func:`analyze` turns into arrays."""
 
-    def __init__(self):
-        self.loops: list[tuple] = []       # (var, extent, code, auto_unroll, annotated)
+    def __init__(self, ctr_buffers: frozenset = frozenset()):
+        self.loops: list[tuple] = []       # (var, extent, code, auto_unroll, annotated, axis)
         self.guards: list[tuple] = []      # (depth, condition, then-branch?)
         self.lets: dict[Var, object] = {}
         self.stores: list[tuple] = []      # (loops, pinned positions, guards, counts, acc)
         self.accesses: list[tuple] = []    # (group, shape, [(d, j, rate)])
         self.groups: list[list] = []       # [store, reads, writes, local, elem bytes]
-        self.allocations: list[tuple] = []  # (scope, bytes)
+        self.allocations: list[tuple] = []  # (scope, bytes, kernel or -1 outside all loops)
         self.num_loops = 0
+        # A kernel is a nest at the top of the body (one launch in the GPU build).
+        self.num_kernels = 0
+        self.kernel = -1
+        # Buffers the cross-thread-reduction pass allocated; stores inside them belong to it.
+        self.ctr_buffers = ctr_buffers
+        self.ctr_depth = 0
         self._slope_memo: dict[int, tuple] = {}
 
     # -- statements ---------------------------------------------------------------------------
@@ -235,8 +334,12 @@ class _Walker:
             self.visit(s.body)
             del self.lets[s.var]
         elif isinstance(s, Allocate):
-            self.allocations.append((s.buffer.scope, _buffer_bytes(s.buffer)))
+            self.allocations.append((s.buffer.scope, _buffer_bytes(s.buffer),
+                                     self.kernel if self.loops else -1))
+            inside = s.buffer in self.ctr_buffers
+            self.ctr_depth += inside
             self.visit(s.body)
+            self.ctr_depth -= inside
         elif isinstance(s, Evaluate):
             return
         elif isinstance(s, (BlockRealize, Block)):
@@ -248,7 +351,12 @@ class _Walker:
 
     def _for(self, s: For) -> None:
         self.num_loops += 1
+        if not self.loops:
+            self.kernel = self.num_kernels
+            self.num_kernels += 1
+        axis_code = 0
         if s.kind == THREAD_BINDING:
+            axis_code = _AXIS_CODES.get(s.thread_binding or "", 0)
             axis = s.thread_binding or ""
             code = (_BLOCK_IDX if axis.startswith("blockIdx")
                     else _THREAD_IDX if axis.startswith("threadIdx") else _VTHREAD)
@@ -256,7 +364,8 @@ class _Walker:
             code = _KIND_CODES.get(s.kind, 0)
         step = s.annotation("pragma_auto_unroll_max_step", 0) if s.annotations else 0
         self.loops.append((s.loop_var, self._extent(s), code,
-                           step if isinstance(step, (int, float)) else 0, bool(s.annotations)))
+                           step if isinstance(step, (int, float)) else 0, bool(s.annotations),
+                           axis_code))
         self.visit(s.body)
         self.loops.pop()
 
@@ -269,6 +378,10 @@ class _Walker:
         return max(int(bound[1]), 0) if bound is not None else UNKNOWN_EXTENT
 
     def _store(self, s: BufferStore) -> None:
+        if not self.loops:
+            # A store outside every loop runs on its own (a single-thread launch on a GPU).
+            self.kernel = self.num_kernels
+            self.num_kernels += 1
         store_id = len(self.stores)
         position = {lp[0]: j for j, lp in enumerate(self.loops)}
         counts = [0] * len(OP_KINDS)
@@ -279,7 +392,8 @@ class _Walker:
         self._count(s.value, counts, position, groups, store_id)
         accumulate = self.groups[groups[s.buffer]][1] > 0
         pinned, guards = self._guards(position)
-        self.stores.append((tuple(self.loops), pinned, guards, counts, accumulate))
+        self.stores.append((tuple(self.loops), pinned, guards, counts, accumulate,
+                            self.kernel, self.ctr_depth > 0))
 
     # -- guards -------------------------------------------------------------------------------
     def _guards(self, position: dict) -> tuple[set, list]:
@@ -362,7 +476,8 @@ class _Walker:
         if group is None:
             group = len(self.groups)
             groups[buf] = group
-            self.groups.append([store_id, 0, 0, buf.scope != "global", dt.nbytes(buf.dtype)])
+            self.groups.append([store_id, 0, 0, buf.scope != "global", dt.nbytes(buf.dtype),
+                                buf.scope == "shared"])
         self.groups[group][2 if write else 1] += 1
         entries = []
         for d, index in enumerate(indices):
@@ -462,12 +577,41 @@ def _buffer_bytes(buf: Buffer) -> int:
     return math.prod(_shape(buf)) * dt.nbytes(buf.dtype)
 
 
-def analyze(func: PrimFunc) -> ProgramAnalysis:
-    """Walk ``func`` (lowered first when it is not) and record every store's structure."""
+def _has_thread_bindings(func: PrimFunc) -> bool:
+    return any(loop.kind == THREAD_BINDING for loop in collect(func.body, For))
+
+
+def _as_target(target: Target | str | None) -> Target | None:
+    if target is None or isinstance(target, Target):
+        return target
+    return Target(target)
+
+
+def analyze(func: PrimFunc, target: Target | str | None = None) -> ProgramAnalysis:
+    """Walk ``func`` (lowered first when it is not) and record every store's structure.
+
+    A GPU program (``target.is_gpu``; without a target, one with thread-bound loops) is
+    lowered as the GPU build lowers it, cross-thread reductions included, and its GPU block is
+    filled with ``target``'s limits (:class:`GpuLimits`).  A function passed in already
+    lowered keeps no trace of its cross-thread reductions (``cross_thread_reduction`` is 0).
+    """
     if not isinstance(func, PrimFunc):
         raise FeatureError(f"expected a PrimFunc, got {type(func).__name__}")
-    lowered = func if func.attr("lowered") else lower(func)
-    w = _Walker()
+    target = _as_target(target)
+    is_gpu = target.is_gpu if target is not None else _has_thread_bindings(func)
+    ctr_buffers: frozenset = frozenset()
+    if func.attr("lowered"):
+        lowered = func
+    elif is_gpu:
+        staged = lower_cross_thread_reductions(func)
+        # Scheduled functions allocate in blocks, never with Allocate statements: every
+        # Allocate here is the pass's accumulator or tree (buffers compare by identity and
+        # survive lowering).
+        ctr_buffers = frozenset(a.buffer for a in collect(staged.body, Allocate))
+        lowered = lower(staged)
+    else:
+        lowered = lower(func)
+    w = _Walker(ctr_buffers)
     w.visit(lowered.body)
 
     S = len(w.stores)
@@ -480,7 +624,8 @@ def analyze(func: PrimFunc) -> ProgramAnalysis:
     guard_mask = np.zeros((S, N), dtype=bool)
     num_loops = np.zeros(S, dtype=np.int64)
     guards = []
-    for s, (loops, pinned, store_guards, _, _) in enumerate(w.stores):
+    axes = np.zeros((S, N), dtype=np.int8)
+    for s, (loops, pinned, store_guards, *_) in enumerate(w.stores):
         n = len(loops)
         pad = N - n
         num_loops[s] = n
@@ -489,6 +634,7 @@ def analyze(func: PrimFunc) -> ProgramAnalysis:
             kinds[s, pad:] = [lp[2] for lp in loops]
             auto_unroll[s, pad:] = [lp[3] for lp in loops]
             annotated[s, pad:] = [lp[4] for lp in loops]
+            axes[s, pad:] = [lp[5] for lp in loops]
         for j in pinned:
             guard_mask[s, pad + j] = True
         for depth, compares in store_guards:
@@ -514,17 +660,28 @@ def analyze(func: PrimFunc) -> ProgramAnalysis:
                 stride *= shape[d]
         for d, j, rate in entries:
             slopes[a, dpad + d, lpad + j] += rate
-    groups = np.array(w.groups, dtype=np.float64).reshape(len(w.groups), 5)
+    groups = np.array(w.groups, dtype=np.float64).reshape(len(w.groups), 6)
 
     body = lowered.body
     while isinstance(body, Allocate):
         body = body.body
     scopes = {"global": 0, "local": 0, "shared": 0}
-    for scope, nbytes in w.allocations:
+    K = w.num_kernels
+    kernel_shared = np.zeros(K)
+    kernel_local = np.zeros(K)
+    for scope, nbytes, kernel in w.allocations:
         scopes[scope] = scopes.get(scope, 0) + nbytes
+        per_kernel = (kernel_shared if scope == "shared"
+                      else kernel_local if scope == "local" else None)
+        if per_kernel is not None:
+            # Allocated outside every loop: each kernel that runs sees it.
+            if kernel >= 0:
+                per_kernel[kernel] += nbytes
+            else:
+                per_kernel += nbytes
     static = [S, w.num_loops, len(body.stmts) if isinstance(body, SeqStmt) else 1,
               len(w.allocations), scopes["global"], scopes["local"], scopes["shared"],
-              max((b for _, b in w.allocations), default=0),
+              max((b for _, b, _ in w.allocations), default=0),
               sum(_buffer_bytes(b) for b in lowered.params)]
     return ProgramAnalysis(
         names=[lowered.name], store_starts=np.array([0, S], dtype=np.int64),
@@ -534,7 +691,13 @@ def analyze(func: PrimFunc) -> ProgramAnalysis:
         slopes=slopes, shapes=shapes, row_strides=row_strides, access_group=access_group,
         group_store=groups[:, 0].astype(np.int64), group_reads=groups[:, 1],
         group_writes=groups[:, 2], group_local=groups[:, 3] > 0,
-        group_elem_bytes=groups[:, 4], globals_=np.array([static], dtype=np.float64))
+        group_elem_bytes=groups[:, 4], globals_=np.array([static], dtype=np.float64),
+        axes=axes, store_kernel=np.array([st[5] for st in w.stores], dtype=np.int64),
+        store_ctr=np.array([st[6] for st in w.stores], dtype=bool),
+        group_shared=groups[:, 5] > 0, kernel_starts=np.array([0, K], dtype=np.int64),
+        kernel_shared=kernel_shared, kernel_local=kernel_local,
+        is_gpu=np.array([is_gpu]),
+        gpu_limits=np.array([GpuLimits.from_target(target).as_row()], dtype=np.float64))
 
 
 def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
@@ -553,10 +716,12 @@ def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
     auto_unroll = np.zeros((S, N))
     annotated = np.zeros((S, N), dtype=bool)
     guard_mask = np.zeros((S, N), dtype=bool)
+    axes = np.zeros((S, N), dtype=np.int8)
     slopes = np.zeros((A, D, N))
     shapes = np.ones((A, D))
     row_strides = np.zeros((A, D))
     names, starts, guards = [], [0], []
+    kernel_starts = [0]
     s0 = a0 = 0
     for an in analyses:
         s1 = s0 + an.num_stores
@@ -567,6 +732,7 @@ def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
         auto_unroll[s0:s1, N - n:] = an.auto_unroll
         annotated[s0:s1, N - n:] = an.annotated
         guard_mask[s0:s1, N - n:] = an.guard_mask
+        axes[s0:s1, N - n:] = an.axes
         slopes[a0:a1, D - d:, N - n:] = an.slopes
         shapes[a0:a1, D - d:] = an.shapes
         row_strides[a0:a1, D - d:] = an.row_strides
@@ -574,10 +740,12 @@ def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
             guards.append(an.guards + np.array([s0, N - n, 0]))
         names.extend(an.names)
         starts.extend((an.store_starts[1:] + s0).tolist())
+        kernel_starts.extend((an.kernel_starts[1:] + kernel_starts[-1]).tolist())
         s0, a0 = s1, a1
     cat = np.concatenate
     group_offsets = np.cumsum([0] + [a.group_store.shape[0] for a in analyses[:-1]])
     store_offsets = np.cumsum([0] + [a.num_stores for a in analyses[:-1]])
+    kernel_offsets = np.cumsum([0] + [int(a.kernel_starts[-1]) for a in analyses[:-1]])
     return ProgramAnalysis(
         names=names, store_starts=np.array(starts, dtype=np.int64), extents=extents,
         kinds=kinds, auto_unroll=auto_unroll, annotated=annotated, guard_mask=guard_mask,
@@ -592,7 +760,16 @@ def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
         group_writes=cat([a.group_writes for a in analyses]),
         group_local=cat([a.group_local for a in analyses]),
         group_elem_bytes=cat([a.group_elem_bytes for a in analyses]),
-        globals_=cat([a.globals_ for a in analyses]))
+        globals_=cat([a.globals_ for a in analyses]),
+        axes=axes,
+        store_kernel=cat([a.store_kernel + k for a, k in zip(analyses, kernel_offsets)]),
+        store_ctr=cat([a.store_ctr for a in analyses]),
+        group_shared=cat([a.group_shared for a in analyses]),
+        kernel_starts=np.array(kernel_starts, dtype=np.int64),
+        kernel_shared=cat([a.kernel_shared for a in analyses]),
+        kernel_local=cat([a.kernel_local for a in analyses]),
+        is_gpu=cat([a.is_gpu for a in analyses]),
+        gpu_limits=cat([a.gpu_limits for a in analyses]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -797,6 +974,177 @@ def store_features(analysis: ProgramAnalysis) -> tuple[np.ndarray, np.ndarray]:
     return rows, weights
 
 
+_GPU_STORE_INDEX = {k: i for i, k in enumerate(GPU_STORE_FEATURES)}
+SECTOR_BYTES = 32        # the unit a GPU's memory system moves global data in
+
+
+def gpu_store_features(analysis: ProgramAnalysis, rows: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Raw per-store GPU values ``[S, len(GPU_STORE_FEATURES)]``, and each store's global
+    traffic in bytes and its flops over the whole launch, from the analysis and the store rows of
+    :func:`store_features`.  Computed for every program; meaningful for GPU programs.
+
+    A thread-bound loop is the thread's index wherever it sits, so loops bound to one axis
+    (a cooperative fetch re-binding ``threadIdx.x`` inside the compute's own ``threadIdx.x``
+    loop) are one index: a store's work per thread is its executions over the product of its
+    bound loops, and an access's stride along a thread axis sums the slopes of all the loops
+    bound to it.  A store's traffic over the launch counts each hardware axis once, too
+    (its work per thread times the extents of the axes it sits under)."""
+    an = analysis
+    S = an.extents.shape[0]
+    out = np.zeros((S, len(GPU_STORE_FEATURES)))
+    if S == 0:
+        return out, np.zeros(0), np.zeros(0)
+    X = _GPU_STORE_INDEX
+    E = an.extents
+    executions = rows[:, _LOOP_INDEX["executions"]]
+    bound = (an.kinds == _THREAD_IDX) | (an.kinds == _BLOCK_IDX)
+    per_thread = executions / np.prod(np.where(bound, E, 1.0), axis=1)
+    axis_extents = np.stack([np.max(np.where(an.axes == code, E, 1.0), axis=1)
+                             for code in range(1, 7)], axis=1)
+    launched = per_thread * np.prod(axis_extents, axis=1)      # executions over the launch
+    sk = an.store_kernel
+    program = np.repeat(np.arange(an.num_programs), np.diff(an.store_starts))
+    limits = an.gpu_limits[program]                               # [S, 6]
+    launch = _kernel_launch(an)                                   # [K, 7]
+    threads = np.prod(launch[:, 1:4], axis=1)[sk]                 # [S]
+    # Consecutive lanes of a warp step the lowest thread axis the kernel launches wide.
+    wide = launch[:, 1:4] > 1
+    vary = np.where(wide.any(axis=1), 1 + np.argmax(wide, axis=1), 0)[sk]     # [S]
+
+    gs = an.group_store
+    ga = an.access_group
+    ast = gs[ga]
+    flat = np.einsum("adn,ad->an", an.slopes, an.row_strides)    # [A, N] signed
+    on_vary = (an.axes[ast] == vary[ast][:, None]) & (vary[ast] > 0)[:, None]
+    stride_a = np.abs(np.sum(np.where(on_vary, flat, 0.0), axis=1))
+    G = gs.shape[0]
+    stride = np.zeros(G)
+    np.maximum.at(stride, ga, stride_a)
+
+    eb = an.group_elem_bytes
+    ept = per_thread[gs]
+    count = an.group_reads + an.group_writes
+    is_global = ~an.group_local
+    is_shared = an.group_shared
+    lanes = np.maximum(np.minimum(limits[gs, 0], threads[gs]), 1.0)
+    one = np.isclose(stride, 1.0)
+
+    def add(name, mask, values):
+        np.add.at(out[:, X[name]], gs, np.where(mask, values, 0.0))
+
+    def peak(name, mask, values):
+        np.maximum.at(out[:, X[name]], gs, np.where(mask, values, 0.0))
+
+    add("global_loads_per_thread", is_global, an.group_reads * ept)
+    add("global_stores_per_thread", is_global, an.group_writes * ept)
+    add("global_coalesced", is_global & one, count * ept)
+    add("global_broadcast", is_global & ~one & (stride < 1.0), count * ept)
+    add("global_strided", is_global & ~one & (stride > 1.0), count * ept)
+    peak("global_stride_max", is_global, stride)
+    # Sectors one warp-wide access touches: the span of its lanes' addresses, at least one
+    # sector, at most one per lane; spread over the lanes, per access of a thread.
+    sectors = np.clip(np.ceil(lanes * stride * eb / SECTOR_BYTES), 1.0, lanes)
+    add("global_sectors", is_global, count * ept * sectors / lanes)
+    add("shared_accesses_per_thread", is_shared, count * ept)
+    # Lanes a stride of w words sends to one bank: gcd(w, banks) (0: a broadcast, none).
+    words = stride * eb / 4.0
+    whole = (words >= 1.0) & np.isclose(words, np.round(words))
+    degree = np.where(whole, np.gcd(np.round(words).astype(np.int64),
+                                    limits[gs, 5].astype(np.int64)), 1)
+    degree = np.minimum(degree, lanes)
+    add("shared_conflict_accesses", is_shared & (degree >= 2), count * ept)
+    peak("shared_conflict_degree", is_shared, degree)
+    out[:, X["exec_per_thread"]] = per_thread
+    out[:, X["flops_per_thread"]] = rows[:, _INT_OFFSET] * per_thread / np.maximum(
+        executions, 1e-30)
+    out[:, X["cross_thread_reduction"]] = an.store_ctr
+    global_bytes = np.zeros(S)
+    np.add.at(global_bytes, gs, np.where(is_global, launched[gs] * count * eb, 0.0))
+    flops = out[:, X["flops_per_thread"]] * launched / np.maximum(per_thread, 1e-30)
+    return out, global_bytes, flops
+
+
+def _kernel_launch(an: ProgramAnalysis) -> np.ndarray:
+    """``[K, 7]``: per kernel, the extent launched along each hardware axis (column = axis
+    code; the widest loop bound to it), and in column 0 the vthreads (largest product)."""
+    K = int(an.kernel_starts[-1])
+    launch = np.ones((K, 7))
+    if an.num_stores == 0:
+        return launch
+    E = an.extents
+    for code in range(1, 7):
+        np.maximum.at(launch[:, code], an.store_kernel,
+                      np.max(np.where(an.axes == code, E, 1.0), axis=1))
+    np.maximum.at(launch[:, 0], an.store_kernel,
+                  np.prod(np.where(an.kinds == _VTHREAD, E, 1.0), axis=1))
+    return launch
+
+
+def gpu_block(analysis: ProgramAnalysis, rows: np.ndarray, top: np.ndarray,
+              busy: np.ndarray) -> np.ndarray:
+    """Logged GPU block ``[P, len(GPU_FEATURES)]``; ``top`` is the dominant store of each
+    program in ``busy`` (those with stores).  Zero for programs that are not GPU programs."""
+    an = analysis
+    P = an.num_programs
+    block = np.zeros((P, len(GPU_FEATURES)))
+    if not len(busy):
+        return block
+    srows, global_bytes, launch_flops = gpu_store_features(an, rows)
+    seg = an.store_starts[:-1][busy]
+    nk = len(GPU_KERNEL_FEATURES)
+    ns = len(GPU_STORE_FEATURES)
+    block[busy, nk:nk + ns] = _log(np.add.reduceat(srows, seg, axis=0))
+    block[busy, nk + ns:nk + 2 * ns] = np.maximum.reduceat(_log(srows), seg, axis=0)
+    block[busy, nk + 2 * ns:] = _log(srows[top])
+
+    lim = an.gpu_limits[busy]
+    warp, per_sm_threads, per_sm_shared, per_sm_regs, max_blocks = (lim[:, i] for i in range(5))
+    launch = _kernel_launch(an)[an.store_kernel[top]]            # dominant kernel per program
+    kernel = an.store_kernel[top]
+    threads = np.prod(launch[:, 1:4], axis=1)
+    warps = np.ceil(threads / warp)
+    slots = warps * warp                                         # threads a block occupies
+    shared = an.kernel_shared[kernel]
+    local = an.kernel_local[kernel]
+    # Registers per thread: a base for indices and addresses, plus the thread's local
+    # buffers held in registers (4 bytes each), at most the 255 a thread can address.
+    regs = np.minimum(255.0, 16.0 + np.ceil(local / 4.0))
+    by_threads = np.minimum(np.floor(per_sm_threads / slots), max_blocks)
+    by_shared = np.where(shared > 0, np.minimum(np.floor(per_sm_shared / np.maximum(shared, 1)),
+                                                max_blocks), max_blocks)
+    by_regs = np.minimum(np.floor(per_sm_regs / (regs * slots)), max_blocks)
+    per_sm = np.minimum(np.minimum(by_threads, by_shared), by_regs)
+    occupancy = np.minimum(per_sm * slots / per_sm_threads, 1.0)
+    flops = np.add.reduceat(launch_flops, seg)
+    traffic = np.add.reduceat(global_bytes, seg)
+    values = {
+        "is_gpu": np.ones(len(busy)),
+        "num_kernels": np.diff(an.kernel_starts)[busy],
+        "threads_per_block": threads,
+        "threads_x": launch[:, 1],
+        "num_blocks": np.prod(launch[:, 4:7], axis=1),
+        "vthreads": launch[:, 0],
+        "warps_per_block": warps,
+        "idle_lanes": slots - threads,
+        "shared_bytes_per_block": shared,
+        "local_bytes_per_thread": local,
+        "registers_per_thread": regs,
+        "blocks_per_sm_threads": by_threads,
+        "blocks_per_sm_shared": by_shared,
+        "blocks_per_sm_registers": by_regs,
+        "blocks_per_sm": per_sm,
+        "occupancy": occupancy,
+        "global_bytes": traffic,
+        "arith_per_global_byte": np.divide(flops, traffic, out=np.zeros(len(busy)),
+                                           where=traffic > 0),
+        "cross_thread_reduction_stores": np.add.reduceat(an.store_ctr.astype(np.float64), seg),
+    }
+    block[busy, :nk] = _log(np.stack([values[k] for k in GPU_KERNEL_FEATURES], axis=1))
+    block[~an.is_gpu] = 0.0
+    return block
+
+
 def _log(x: np.ndarray) -> np.ndarray:
     return np.log2(1.0 + np.maximum(x, 0.0))
 
@@ -811,7 +1159,7 @@ def program_features(analysis: ProgramAnalysis) -> np.ndarray:
     starts = an.store_starts[:-1]
     sizes = np.diff(an.store_starts)
     busy = np.nonzero(sizes > 0)[0]
-    dynamic = np.zeros((P, len(GLOBAL_FEATURES) - len(_GLOBAL_STATIC)))
+    dynamic = np.zeros((P, len(_CPU_GLOBAL_FEATURES) - len(_GLOBAL_STATIC)))
     if len(busy):
         seg = starts[busy]
         logged = _log(rows)
@@ -819,7 +1167,9 @@ def program_features(analysis: ProgramAnalysis) -> np.ndarray:
         out[busy, D:2 * D] = np.maximum.reduceat(logged, seg, axis=0)
         program = np.repeat(np.arange(P), sizes)
         order = np.lexsort((-weights, program))
-        out[busy, 2 * D:3 * D] = logged[order[np.searchsorted(program[order], busy)]]
+        top = order[np.searchsorted(program[order], busy)]
+        out[busy, 2 * D:3 * D] = logged[top]
+        out[:, GPU_OFFSET:] = gpu_block(an, rows, top, busy)
         b = _BUF_INDEX
         width = len(BUFFER_FEATURES)
         flops = np.add.reduceat(rows[:, _INT_OFFSET], seg)
@@ -833,26 +1183,29 @@ def program_features(analysis: ProgramAnalysis) -> np.ndarray:
         dynamic[busy, 2] = unique
         dynamic[busy, 3] = np.divide(flops, total, out=np.zeros(len(busy)), where=total > 0)
         dynamic[busy, 4] = np.maximum.reduceat(rows[:, _LOOP_INDEX["parallel_prod"]], seg)
-    out[:, 3 * D:] = _log(np.concatenate([an.globals_, dynamic], axis=1))
+    out[:, 3 * D:GPU_OFFSET] = _log(np.concatenate([an.globals_, dynamic], axis=1))
     return out
 
 
-def features(func: PrimFunc) -> np.ndarray:
-    """The feature row (``NUM_FEATURES``, float32) of one scheduled or lowered PrimFunc."""
-    return program_features(analyze(func))[0].astype(np.float32)
+def features(func: PrimFunc, target: Target | str | None = None) -> np.ndarray:
+    """The feature row (``NUM_FEATURES``, float32) of one scheduled or lowered PrimFunc
+    (``target``: see :func:`analyze`)."""
+    return program_features(analyze(func, target))[0].astype(np.float32)
 
 
-def extract(funcs: Iterable[PrimFunc]) -> np.ndarray:
+def extract(funcs: Iterable[PrimFunc], target: Target | str | None = None) -> np.ndarray:
     """Feature rows of many PrimFuncs: ``float32 [len(funcs), NUM_FEATURES]``.
 
-    Each function is walked once (:func:`analyze`); the numbers of the whole batch are then
-    computed together.  A function that does not lower or holds unsupported IR raises
-    :class:`FeatureError` naming its position and name.
+    Each function is walked once (:func:`analyze`, for ``target``: a GPU target lowers
+    every program as the GPU build does; None tells GPU programs by their thread bindings);
+    the numbers of the whole batch are then computed together.  A function that does not
+    lower or holds unsupported IR raises :class:`FeatureError` naming its position and name.
     """
     analyses = []
+    target = _as_target(target)
     for i, func in enumerate(funcs):
         try:
-            analyses.append(analyze(func))
+            analyses.append(analyze(func, target))
         except Exception as err:  # reported with the candidate's position
             raise FeatureError(f"candidate {i} ({getattr(func, 'name', type(func).__name__)!r})"
                                f" could not be featurised: {type(err).__name__}: {err}") from err
@@ -865,16 +1218,23 @@ __all__ = [
     "FEATURE_NAMES",
     "FEATURE_VERSION",
     "GLOBAL_FEATURES",
+    "GPU_FEATURES",
+    "GPU_KERNEL_FEATURES",
+    "GPU_OFFSET",
+    "GPU_STORE_FEATURES",
     "NUM_FEATURES",
     "NUM_STORE_FEATURES",
     "STORE_FEATURE_NAMES",
     "FeatureError",
+    "GpuLimits",
     "ProgramAnalysis",
     "analyze",
     "concat",
     "extract",
     "feature_names",
     "features",
+    "gpu_block",
+    "gpu_store_features",
     "program_features",
     "store_features",
 ]

@@ -212,9 +212,11 @@ class CandidatePool:
                    and c.program_hash not in self._features]
         if missing:
             try:
-                rows = _features.extract([c.func for c in missing])
+                # The target decides how a GPU program is lowered and which limits its
+                # occupancy features use.
+                rows = _features.extract([c.func for c in missing], self.space.target)
             except _features.FeatureError:
-                rows = np.stack([_safe_features(c.func) for c in missing])
+                rows = np.stack([_safe_features(c.func, self.space.target) for c in missing])
             for c, row in zip(missing, rows):
                 self._features[c.program_hash] = row
         for c in cands:
@@ -241,8 +243,8 @@ class CandidatePool:
         return scores
 
 
-def _safe_features(func) -> np.ndarray:
+def _safe_features(func, target) -> np.ndarray:
     try:
-        return _features.features(func)
+        return _features.features(func, target)
     except Exception:  # noqa: BLE001 - any failure: the candidate simply ranks last
         return np.zeros(_features.NUM_FEATURES, dtype=np.float32)
