@@ -67,7 +67,7 @@ class GPUKernel:
     them in order on the same device buffers; the buffers it allocates in global memory
     between kernels are allocated on the device for each call, not passed by the caller."""
 
-    def __init__(self, source: GPUModule | GPUSource, func: PrimFunc, target: Target):
+    def __init__(self, source: GPUModule | GPUSource, func: PrimFunc | None, target: Target):
         import pyopencl as cl
 
         if isinstance(source, GPUSource):
@@ -150,6 +150,34 @@ class GPUKernel:
         # is the barrier between stages.
         for kernel, global_size, local_size, indices in self._launches:
             kernel(self._queue, global_size, local_size, *[buffers[i] for i in indices])
+
+    # -- the pieces a timing harness needs (the runner's worker times kernels this way) ------
+    def device_buffers(self, arrays) -> list:
+        """Device copies of ``arrays`` (every one writable, as a timing loop needs) and of
+        the temporaries, for :meth:`launch` and :meth:`read`."""
+        self._check(arrays)
+        return self._device_buffers(arrays, all_writable=True)
+
+    def launch(self, buffers) -> None:
+        """Enqueue every kernel once on ``buffers`` (does not wait)."""
+        self._launch(buffers)
+
+    def finish(self) -> None:
+        """Wait until everything enqueued has run."""
+        self._queue.finish()
+
+    def read(self, buffers, indices) -> list[np.ndarray]:
+        """Host copies of the parameter buffers at ``indices``."""
+        import pyopencl as cl
+
+        out = []
+        for i in indices:
+            p = self.params[i]
+            host = np.empty(tuple(p.shape), p.dtype)
+            cl.enqueue_copy(self._queue, host, buffers[i])
+            out.append(host)
+        self._queue.finish()
+        return out
 
     def __call__(self, *arrays) -> None:
         import pyopencl as cl

@@ -189,7 +189,9 @@ def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Bui
     seeds = []
     if space is None:
         space = DesignSpace(func, target)
-        default = default_candidate(func, target)
+        # NOTE: the default schedule's rule of thumb is a CPU one (vector lanes, parallel jobs
+        # per core); on a GPU target it sets no thread counts, so no default is seeded there.
+        default = None if target.is_gpu else default_candidate(func, target)
         seeds = [default.final_trace] if default is not None else []
     return search.TuningLoop(space, strategy, cost_model, builder, runner, database,
                              config=settings, measure_config=measure_config, log=log,

@@ -49,6 +49,14 @@ def _cuda_version() -> str | None:
         return None
 
 
+def _opencl_device_name(target) -> str | None:
+    # Reported, not decisive: the device name is not in HARDWARE_FIELDS.  Empty facts (no
+    # OpenCL runtime here) leave it unknown rather than failing the record.
+    from tensor_ir.target import opencl_device_facts
+
+    return opencl_device_facts(dict(target.options).get("platform")).get("name")
+
+
 @lru_cache(maxsize=256)
 def _fingerprint_of(canonical: str) -> tuple:
     from tensor_ir.target import Target
@@ -59,7 +67,7 @@ def _fingerprint_of(canonical: str) -> tuple:
             "vector_bits": target.vector_bits, "arch": target.arch,
             "model_name": target.model_name, "llvm_version": _llvm_version(),
             "cuda_version": _cuda_version() if target.kind == "cuda" else None,
-            "device": None}
+            "device": _opencl_device_name(target) if target.kind == "opencl" else None}
     return tuple(data.items())
 
 

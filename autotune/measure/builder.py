@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from search.measure import Builder, BuildResult, MeasureInput
 from tensor_ir.target import Target
 
+from .gpu import ARTIFACT_SUFFIX
 from .worker import WorkerProcess, wait_any
 
 __all__ = ["LocalBuilder", "clean_stale_build_dirs"]
@@ -168,7 +169,9 @@ class LocalBuilder(Builder):
 
     def _request(self, inp: MeasureInput) -> dict:
         self._counter += 1
-        path = os.path.join(self.work_dir, f"cand{self._counter:07d}.o")
+        # An OpenCL candidate's artifact is its source and launch description (see .gpu).
+        suffix = ARTIFACT_SUFFIX if inp.target.kind == "opencl" else ".o"
+        path = os.path.join(self.work_dir, f"cand{self._counter:07d}{suffix}")
         return {"func": inp.func.to_json(), "target": str(inp.target), "path": path}
 
     def _result(self, status: str, reply, seconds: float) -> BuildResult:
@@ -200,7 +203,7 @@ class LocalBuilder(Builder):
 
 def handle_build_request(request: dict, state: dict) -> dict:
     """Worker side: build one candidate to an object file (not loaded here: the runner loads
-    it, so the build skips the JIT)."""
+    it, so the build skips the JIT), or for an opencl target to verified OpenCL C."""
     from autotune.build import build_object
     from tensor_ir.errors import TensorIRError
     from tensor_ir.func import PrimFunc
@@ -208,8 +211,14 @@ def handle_build_request(request: dict, state: dict) -> dict:
     start = time.perf_counter()
     try:
         target = Target(request["target"])
+        if target.kind == "opencl":
+            from .gpu import build_opencl_artifact
+
+            build_opencl_artifact(request["func"], target, request["path"])
+            return {"path": request["path"], "seconds": time.perf_counter() - start}
         if target.kind != "llvm":
-            raise TensorIRError(f"LocalBuilder builds CPU (llvm) targets; got {target}")
+            raise TensorIRError(f"LocalBuilder builds CPU (llvm) and opencl targets; got "
+                                f"{target}")
         func = PrimFunc.from_json(request["func"])
         object_code = build_object(func, target=target)
         with open(request["path"], "wb") as f:

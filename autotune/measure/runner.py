@@ -132,7 +132,7 @@ class LocalRunner(Runner):
         if build.error is not None:
             return MeasureResult.error("build", build.error, build.build_seconds)
         target = inp.target
-        if target.kind != "llvm" or not target.is_host:
+        if target.kind != "opencl" and (target.kind != "llvm" or not target.is_host):
             return error("runtime", f"target {target} is not this machine; the candidate was "
                                     f"built ({build.artifact_path}) but is not run locally")
         key = inp.workload_key
@@ -142,6 +142,7 @@ class LocalRunner(Runner):
         best = self._best.get(key)
         cfg = self.config
         request = {"op": "measure", "key": key, "path": build.artifact_path,
+                   "kind": target.kind,
                    "number": cfg.number, "repeat": cfg.repeat,
                    "min_repeat_ms": cfg.min_repeat_ms, "flush_cache": cfg.flush_cache,
                    "timeout": cfg.timeout, "slow_factor": cfg.slow_factor, "best": best,
@@ -439,7 +440,10 @@ def _prepare_workload(request: dict, state: dict) -> dict:
         from autotune.build import build
 
         func = PrimFunc.from_json(request["reference"])
-        kernel = build(func, target=request["target"])
+        # The reference of a GPU workload is computed on the host CPU: the unscheduled
+        # definition is no valid kernel, and the CPU build is the one the CPU runner trusts.
+        target = request["target"] if Target(request["target"]).kind == "llvm" else "llvm"
+        kernel = build(func, target=target)
         if [tuple(p.shape) for p in kernel.params] != [tuple(p["shape"]) for p in params]:
             return {"error": "the reference's parameters differ from the workload's"}
         _poison([arrays[i] for i in outputs])
@@ -464,6 +468,10 @@ def _measure(request: dict, state: dict) -> dict:
     if work is None:
         return {"need_workload": True}
     workloads.move_to_end(request["key"])
+    if request.get("kind") == "opencl":
+        from .gpu import measure_opencl
+
+        return measure_opencl(request, work, _poison, compare_outputs)
     try:
         jit, address, meta = _load_kernel(request["path"])
     except Exception as err:  # noqa: BLE001 - an unloadable artifact is this candidate's error
