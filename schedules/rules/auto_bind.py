@@ -37,6 +37,7 @@ __all__ = [
     "MAX_THREADS",
     "MIN_THREADS",
     "AutoBind",
+    "ThreadCountRule",
     "bind_reduction_to_threads",
     "is_thread_bound",
     "leading_spatial_loops",
@@ -152,11 +153,9 @@ def bind_reduction_to_threads(sch: Schedule, block: str, threads) -> None:
     sch.bind(inner, "threadIdx.x")
 
 
-class AutoBind(ScheduleRule):
-    """Options: ``max_threads`` (a cap below the target's threads per block), ``smallest``
-    (the fewest threads per block offered)."""
-
-    name = "auto_bind"
+class ThreadCountRule(ScheduleRule):
+    """A rule that samples a thread count.  Options: ``max_threads`` (a cap below the
+    target's threads per block), ``smallest`` (the fewest threads offered)."""
 
     def __init__(self, max_threads: int | None = None, smallest: int = MIN_THREADS):
         self.cap = max_threads
@@ -166,6 +165,12 @@ class AutoBind(ScheduleRule):
     def initialize(self, target: Target) -> None:
         limit = target.max_threads_per_block or MAX_THREADS
         self.max_threads = min(limit, self.cap) if self.cap else limit
+
+
+class AutoBind(ThreadCountRule):
+    """Bind every block left unbound (see the module text); options of ThreadCountRule."""
+
+    name = "auto_bind"
 
     def apply(self, sch: Schedule, block: str) -> list[Schedule]:
         if block == "root":

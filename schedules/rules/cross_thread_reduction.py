@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from tensor_ir.expr import BufferLoad, Var
 from tensor_ir.stmt import REDUCE, SPATIAL
-from tensor_ir.target import Target
 from tensor_ir.visitor import collect
 
 from .. import tree
@@ -47,8 +46,7 @@ from ..errors import ScheduleError
 from ..schedule import Schedule
 from .analysis import block_info, has_data_reuse, single_store, writes_param
 from .auto_bind import (
-    MAX_THREADS,
-    MIN_THREADS,
+    ThreadCountRule,
     bind_reduction_to_threads,
     is_thread_bound,
     leading_spatial_loops,
@@ -56,25 +54,16 @@ from .auto_bind import (
     reduce_loops,
     thread_candidates,
 )
-from .base import ScheduleRule, try_on_copy
+from .base import try_on_copy
 
 __all__ = ["CrossThreadReduction"]
 
 
-class CrossThreadReduction(ScheduleRule):
-    """Options: ``max_threads`` (a cap below the target's threads per block), ``smallest``
-    (the fewest threads offered)."""
+class CrossThreadReduction(ThreadCountRule):
+    """A cross-thread sketch for row reductions (see the module text); options of
+    ThreadCountRule."""
 
     name = "cross_thread_reduction"
-
-    def __init__(self, max_threads: int | None = None, smallest: int = MIN_THREADS):
-        self.cap = max_threads
-        self.smallest = smallest
-        self.max_threads = max_threads or MAX_THREADS
-
-    def initialize(self, target: Target) -> None:
-        limit = target.max_threads_per_block or MAX_THREADS
-        self.max_threads = min(limit, self.cap) if self.cap else limit
 
     def apply(self, sch: Schedule, block: str) -> list[Schedule]:
         if block == "root":
