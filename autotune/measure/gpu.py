@@ -12,7 +12,6 @@ outputs of the warm-up launch are read back and compared with the reference as o
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict
 
@@ -65,9 +64,11 @@ def load_module(path: str):
     return module, data["target"]
 
 
-def measure_opencl(request: dict, work: dict, poison, compare_outputs) -> dict:
+def measure_opencl(request: dict, work: dict, poison, timed_repeats, check_after_timing) -> dict:
     """Worker side of one OpenCL candidate: the reply LocalRunner's worker gives for a CPU
-    one (run_times, number, checked, stopped_early, kernel_seconds, or an error kind)."""
+    one (run_times, number, checked, stopped_early, kernel_seconds, or an error kind), by
+    the same protocol: ``poison``, ``timed_repeats`` and ``check_after_timing`` are the CPU
+    worker's (autotune.measure.runner)."""
     from autotune.gpu import GPUKernel
     from tensor_ir.errors import BuildError
 
@@ -108,47 +109,12 @@ def measure_opencl(request: dict, work: dict, poison, compare_outputs) -> dict:
     warm = timed(1)
     snapshot = kernel.read(buffers, work["outputs"]) if check_possible else None
 
-    best = request["best"]
-    slow_limit = best * request["slow_factor"] if best is not None else math.inf
-    min_repeat = request["min_repeat_ms"] / 1000.0
-    times: list[float] = []
-    stopped_early = False
-    number = max(request["number"], math.ceil(1.15 * min_repeat / max(warm, 1e-9)))
-    if (warm > slow_limit and warm >= min_repeat) or \
-            time.perf_counter() + warm * number > deadline:
-        times, number, stopped_early = [warm], 1, True
-    regrows = 0
-    while len(times) < request["repeat"] and not stopped_early:
-        per_call = times[-1] if times else warm
-        if times and time.perf_counter() + per_call * number * 1.1 > deadline:
-            stopped_early = True
-            break
-        elapsed = timed(number)
-        if elapsed < min_repeat and regrows < 4:
-            number = max(number + 1, math.ceil(number * 1.15 * min_repeat / max(elapsed, 1e-9)))
-            regrows += 1
-            continue
-        times.append(elapsed / number)
-        if times[-1] > slow_limit:
-            stopped_early = True
+    times, number, stopped_early = timed_repeats(timed, warm, request, deadline)
     median = float(np.median(times))
-
     # A kernel writing into an input would make every later launch read other data.
-    for i, now in zip(work["inputs"], kernel.read(buffers, work["inputs"])):
-        pristine = work["pristine"][work["inputs"].index(i)]
-        if not np.array_equal(now, pristine, equal_nan=now.dtype.kind == "f"):
-            name = params[i]["name"]
-            return {"error_kind": "wrong_result", "kernel_seconds": kernel_seconds,
-                    "error_msg": f"wrong result: the candidate wrote into its input {name}"}
-
-    checked = False
-    if check_possible and (request["check_always"] or best is None or median < best):
-        names = [params[i]["name"] for i in work["outputs"]]
-        problem = compare_outputs(snapshot, work["reference"], names, request["rtol"],
-                                  request["atol"])
-        if problem is not None:
-            return {"error_kind": "wrong_result", "error_msg": problem,
-                    "kernel_seconds": kernel_seconds}
-        checked = True
-    return {"run_times": times, "number": number, "checked": checked,
+    verdict = check_after_timing(work, request, kernel.read(buffers, work["inputs"]), snapshot,
+                                 median, check_possible, kernel_seconds)
+    if "error_kind" in verdict:
+        return verdict
+    return {"run_times": times, "number": number, "checked": verdict["checked"],
             "stopped_early": stopped_early, "kernel_seconds": kernel_seconds}

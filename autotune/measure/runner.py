@@ -414,6 +414,73 @@ done:
         self._scratch += 1.0
 
 
+def timed_repeats(timed, warm: float, request: dict, deadline: float, before_repeat=None
+                  ) -> tuple[list[float], int, bool]:
+    """(seconds per call of each repeat, calls per repeat, stopped early) after a warm-up
+    call of ``warm`` seconds; ``timed(n)`` runs the kernel ``n`` times and returns the
+    seconds.  The protocol of the CPU and OpenCL workers alike: ``number`` aimed a little
+    above ``min_repeat_ms`` (the warm-up ran cold and overestimates a call) and regrown from
+    a repeat that came out short; a candidate far slower than the best, or one whose next
+    repeat would pass ``deadline``, stops early with what it has."""
+    best = request["best"]
+    slow_limit = best * request["slow_factor"] if best is not None else math.inf
+    min_repeat = request["min_repeat_ms"] / 1000.0
+    number = max(request["number"], math.ceil(1.15 * min_repeat / max(warm, 1e-9)))
+    if (warm > slow_limit and warm >= min_repeat) or \
+            time.perf_counter() + warm * number > deadline:
+        # Already far slower than the best, or not one full repeat fits in the time-out:
+        # the warm-up call is the one repeat.
+        return [warm], 1, True
+    times: list[float] = []
+    regrows = 0
+    while len(times) < request["repeat"]:
+        per_call = times[-1] if times else warm
+        if times and time.perf_counter() + per_call * number * 1.1 > deadline:
+            return times, number, True
+        if before_repeat is not None:
+            before_repeat()
+        elapsed = timed(number)
+        if elapsed < min_repeat and regrows < 4:
+            # The warm-up overestimated the per-call time (cold caches, page faults): grow
+            # ``number`` from this repeat, with a margin, and time again.
+            number = max(number + 1, math.ceil(number * 1.15 * min_repeat / max(elapsed, 1e-9)))
+            regrows += 1
+            continue
+        times.append(elapsed / number)
+        if times[-1] > slow_limit:
+            return times, number, True
+    return times, number, False
+
+
+def check_after_timing(work: dict, request: dict, inputs_now: Sequence[np.ndarray], snapshot,
+                       median: float, check_possible: bool, kernel_seconds: float,
+                       restore=None) -> dict:
+    """The checks after timing, for the CPU and OpenCL workers alike: an error reply when
+    the candidate wrote into an input (it would corrupt every later measurement of the
+    workload; ``restore(i)`` puts input ``i`` back) or its warm-up outputs ``snapshot``
+    differ from the reference; otherwise ``{"checked": whether the outputs were compared}``
+    (they are when the run asks always, or the candidate is the best so far)."""
+    params = work["params"]
+    for i, now in zip(work["inputs"], inputs_now):
+        pristine = work["pristine"][work["inputs"].index(i)]
+        if not np.array_equal(now, pristine, equal_nan=now.dtype.kind == "f"):
+            if restore is not None:
+                restore(i)
+            return {"error_kind": "wrong_result", "kernel_seconds": kernel_seconds,
+                    "error_msg": f"wrong result: the candidate wrote into its input "
+                                 f"{params[i]['name']}"}
+    best = request["best"]
+    if not (check_possible and (request["check_always"] or best is None or median < best)):
+        return {"checked": False}
+    names = [params[i]["name"] for i in work["outputs"]]
+    problem = compare_outputs(snapshot, work["reference"], names, request["rtol"],
+                              request["atol"])
+    if problem is not None:
+        return {"error_kind": "wrong_result", "error_msg": problem,
+                "kernel_seconds": kernel_seconds}
+    return {"checked": True}
+
+
 def _load_kernel(path: str):
     """(JIT engine, entry address, metadata) of an object file built by LocalBuilder."""
     import json
@@ -471,7 +538,7 @@ def _measure(request: dict, state: dict) -> dict:
     if request.get("kind") == "opencl":
         from .gpu import measure_opencl
 
-        return measure_opencl(request, work, _poison, compare_outputs)
+        return measure_opencl(request, work, _poison, timed_repeats, check_after_timing)
     try:
         jit, address, meta = _load_kernel(request["path"])
     except Exception as err:  # noqa: BLE001 - an unloadable artifact is this candidate's error
@@ -511,60 +578,21 @@ def _measure(request: dict, state: dict) -> dict:
     snapshot = [o.copy() for o in outputs] if check_possible else None
 
     # 2. Repeats.
-    best = request["best"]
-    slow_limit = best * request["slow_factor"] if best is not None else math.inf
-    min_repeat = request["min_repeat_ms"] / 1000.0
-    times: list[float] = []
-    stopped_early = False
-    # The warm-up ran cold, so it overestimates a call: aim a little above min_repeat_ms.
-    number = max(request["number"], math.ceil(1.15 * min_repeat / max(warm, 1e-9)))
-    if warm > slow_limit and warm >= min_repeat:
-        # Already far slower than the best: the warm-up call is the one repeat.
-        times, number, stopped_early = [warm], 1, True
-    elif time.perf_counter() + warm * number > deadline:
-        # Not even one full repeat fits in the time-out: keep the warm-up's time.
-        times, number, stopped_early = [warm], 1, True
-    regrows = 0
-    while len(times) < request["repeat"] and not stopped_early:
-        per_call = times[-1] if times else warm
-        if times and time.perf_counter() + per_call * number * 1.1 > deadline:
-            stopped_early = True
-            break
-        if request["flush_cache"]:
-            harness.flush(arrays, target)
-        elapsed = timed(number)
-        if elapsed < min_repeat and regrows < 4:
-            # The warm-up overestimated the per-call time (cold caches, page faults): grow
-            # ``number`` from this repeat, with a margin, and time again.
-            number = max(number + 1, math.ceil(number * 1.15 * min_repeat / max(elapsed, 1e-9)))
-            regrows += 1
-            continue
-        times.append(elapsed / number)
-        if times[-1] > slow_limit:
-            stopped_early = True
+    times, number, stopped_early = timed_repeats(
+        timed, warm, request, deadline,
+        before_repeat=(lambda: harness.flush(arrays, target)) if request["flush_cache"] else None)
     median = float(np.median(times))
 
-    # 3. Inputs must be unchanged: a candidate writing into an input would corrupt every
-    # later measurement of the workload.
-    for i, pristine in zip(work["inputs"], work["pristine"]):
-        if not np.array_equal(arrays[i], pristine, equal_nan=arrays[i].dtype.kind == "f"):
-            arrays[i][...] = pristine
-            name = params[i]["name"]
-            return {"error_kind": "wrong_result", "kernel_seconds": kernel_seconds,
-                    "error_msg": f"wrong result: the candidate wrote into its input {name}"}
+    # 3. Inputs unchanged, 4. outputs checked.
+    def restore(i: int) -> None:
+        arrays[i][...] = work["pristine"][work["inputs"].index(i)]
 
-    # 4. Output check.
-    checked = False
-    if check_possible and (request["check_always"] or best is None or median < best):
-        names = [params[i]["name"] for i in work["outputs"]]
-        problem = compare_outputs(snapshot, work["reference"], names, request["rtol"],
-                                  request["atol"])
-        if problem is not None:
-            return {"error_kind": "wrong_result", "error_msg": problem,
-                    "kernel_seconds": kernel_seconds}
-        checked = True
+    verdict = check_after_timing(work, request, [arrays[i] for i in work["inputs"]], snapshot,
+                                 median, check_possible, kernel_seconds, restore)
+    if "error_kind" in verdict:
+        return verdict
     del jit  # releases the candidate's JIT engine and its code
-    return {"run_times": times, "number": number, "checked": checked,
+    return {"run_times": times, "number": number, "checked": verdict["checked"],
             "stopped_early": stopped_early, "kernel_seconds": kernel_seconds}
 
 
