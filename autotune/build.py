@@ -27,6 +27,7 @@ from tensor_ir.codegen.compile import CompiledModule, JITModule, host_triple
 from tensor_ir.codegen.llvm import META_SYMBOL, META_VERSION, param_metadata, symbol_name
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
+from tensor_ir.intrinsics import libraries_of, load_libraries
 from tensor_ir.lower import lower
 from tensor_ir.target import Target, TargetError
 
@@ -58,8 +59,11 @@ def codegen_options(target: str | Target | None) -> tuple[LLVMTarget, CodegenOpt
     ``target``."""
     t = Target("llvm" if target is None else target)
     llvm_target, num_cores = parse_target(t)
+    # The features tensor intrinsics are checked against: the host's for the host, else the
+    # -mattr list (what a -mcpu implies is not known here, so intrinsics need it named).
     return llvm_target, CodegenOptions(num_threads=num_cores, triple=llvm_target.triple,
-                                       vector_bits=t.vector_bits or 0)
+                                       vector_bits=t.vector_bits or 0,
+                                       features=llvm_target.resolved()[2])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,6 +234,9 @@ def build(func: PrimFunc, target: str | Target | None = "llvm", name: str | None
     if not llvm_target.is_host:
         meta = param_metadata(lowered, symbol_name(name or lowered.name), options)
         return Kernel(meta, None, None, compiled=compiled, func=lowered)
+    # External tensor intrinsics: their shared libraries must be in the process before the
+    # JIT resolves the kernel's symbols.
+    load_libraries(libraries_of(lowered))
     # Read the metadata back from the compiled object, so that a built kernel and a reloaded
     # one are described by the same bytes.
     jit = compiled.jit()

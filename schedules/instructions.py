@@ -226,6 +226,8 @@ register(InstructionKind(
     returns=ONE, formatter=_format_layout))
 _simple("rfactor", ONE, positional_attrs=("factor_axis",))
 _simple("decompose_reduction", ONE)
+_simple("blockize", ONE)
+_simple("tensorize", positional_attrs=("intrin",))
 
 
 # The Schedule class a replay starts from.  schedules.schedule registers it when imported (it

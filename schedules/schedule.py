@@ -457,6 +457,28 @@ class Schedule:
         self._commit(func, "decompose_reduction", [block, loop], {}, [out])
         return out
 
+    def blockize(self, loop: LoopRV) -> BlockRV:
+        """Wrap the loops from ``loop`` inward and the block under them into a new block
+        (``<block>_o``) whose iteration variables walk the tiles; returns it."""
+        func, name = self._block_primitive("blockize")(self._func, self._loop(loop, "blockize"))
+        out = self._fresh(BlockRV, name)
+        self._commit(func, "blockize", [loop], {}, [out])
+        return out
+
+    def tensorize(self, block_or_loop, intrin: str) -> None:
+        """Replace a tile by the tensor intrinsic ``intrin`` (a name registered in
+        tensor_ir.intrinsics): a block made by :meth:`blockize`, or a loop (blockized
+        first).  Raises ScheduleError naming the first difference from the intrinsic's
+        description."""
+        check(isinstance(intrin, str), f"tensorize: intrinsic must be a name, got {intrin!r}")
+        if isinstance(block_or_loop, LoopRV):
+            func = self._block_primitive("tensorize_loop")(
+                self._func, self._loop(block_or_loop, "tensorize"), intrin)
+        else:
+            func = self._block_primitive("tensorize")(
+                self._func, self._block(block_or_loop, "tensorize"), intrin)
+        self._commit(func, "tensorize", [block_or_loop], {"intrin": intrin}, [])
+
 
 def _buffer_arg(buffer):
     """A buffer selector as the layout primitives take it (JSON lists back to tuples)."""

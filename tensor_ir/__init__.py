@@ -11,7 +11,7 @@ from .expr import (
 from .func import PrimFunc, from_json, structural_equal, structural_hash, to_json
 from .stmt import (
     Allocate, Block, BlockRealize, BufferRegion, BufferStore, Evaluate, For, IfThenElse,
-    IterVar, LetStmt, Range, SeqStmt, Stmt,
+    IterVar, LetStmt, Range, SeqStmt, Stmt, TensorIntrinCall,
 )
 
 __all__ = [
@@ -20,5 +20,5 @@ __all__ = [
     "TEError", "TensorIRError", "And", "BinOp", "BufferLoad", "Call", "Cast", "Cmp",
     "FloatImm", "IntImm", "Not", "Or", "PrimExpr", "Reduce", "Select", "Var", "const",
     "Allocate", "Block", "BlockRealize", "BufferRegion", "BufferStore", "Evaluate", "For",
-    "IfThenElse", "IterVar", "LetStmt", "Range", "SeqStmt", "Stmt",
+    "IfThenElse", "IterVar", "LetStmt", "Range", "SeqStmt", "Stmt", "TensorIntrinCall",
 ]

@@ -57,7 +57,7 @@ from .func import PrimFunc
 from .stmt import (
     PARALLEL, REDUCE, SERIAL, THREAD_BINDING, UNROLLED, VECTORIZED, Allocate, Block,
     BlockRealize, BufferRegion, BufferStore, Evaluate, For, IfThenElse, LetStmt, Range, SeqStmt,
-    Stmt,
+    Stmt, TensorIntrinCall,
 )
 from .visitor import children, node_fields, substitute, transform, walk
 
@@ -218,10 +218,31 @@ class _Collector:
             self.stmt(s.body, mapping, reduce_vars)
         elif isinstance(s, Evaluate):
             self._loads(s.value, mapping)
+        elif isinstance(s, TensorIntrinCall):
+            self.tensor_intrin(s, mapping, reduce_vars)
         elif isinstance(s, Block):
             self.block(s, mapping, None)
         else:
             raise LoweringError(f"compaction: unknown statement {type(s).__name__}")
+
+    def tensor_intrin(self, s: TensorIntrinCall, mapping: dict,
+                      reduce_vars: frozenset | None) -> None:
+        """A tile touches, per operand, the box between the corners its steps reach from the
+        first element: record both corners (the first element is recorded as a load, which
+        also lets the rewriter find it)."""
+        self._loads(s.operands, mapping)
+        for load, steps, extents, written in zip(s.operands, s.steps, s.extents, s.written):
+            low, high = list(load.indices), list(load.indices)
+            for step, extent in zip(steps, extents):
+                for p, delta in enumerate(step):
+                    move = delta * (extent - 1)
+                    if move > 0:
+                        high[p] = binary("+", high[p], IntImm(move, high[p].dtype))
+                    elif move < 0:
+                        low[p] = binary("+", low[p], IntImm(move, low[p].dtype))
+            reduce = reduce_vars if written else None
+            self._record(load.buffer, tuple(low), mapping, reduce)
+            self._record(load.buffer, tuple(high), mapping, reduce)
 
     def realize(self, r: BlockRealize, mapping: dict) -> None:
         blk = r.block

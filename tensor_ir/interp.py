@@ -48,8 +48,10 @@ from .expr import (
     Select, Var,
 )
 from .func import PrimFunc
+from .intrinsics import IntrinsicError, expand
 from .stmt import (
     Allocate, Block, BlockRealize, BufferStore, Evaluate, For, IfThenElse, LetStmt, SeqStmt,
+    TensorIntrinCall,
 )
 from .visitor import walk
 
@@ -318,6 +320,13 @@ class _Compiler:
         elif isinstance(s, Evaluate):
             value = self.expr(s.value)
             self.emit("pass" if isinstance(s.value, (IntImm, FloatImm)) else value.code)
+        elif isinstance(s, TensorIntrinCall):
+            # A tensor intrinsic means its description's update on the tile: run that.
+            try:
+                tile = expand(s)
+            except IntrinsicError as err:
+                raise InterpError(f"function {self.func.name}: {err}") from None
+            self.stmt(tile)
         elif isinstance(s, (Block, BlockRealize)):
             raise InterpError(f"function {self.func.name}: block "
                               f"{getattr(s, 'name', None) or s.block.name} left after lowering")

@@ -46,6 +46,7 @@ from .func import PrimFunc
 from .stmt import (
     PARALLEL, SERIAL, THREAD_BINDING, UNROLLED, VECTORIZED, Allocate, Block, BlockRealize,
     BufferRegion, BufferStore, Evaluate, For, IfThenElse, IterVar, LetStmt, Range, SeqStmt, Stmt,
+    TensorIntrinCall,
 )
 from .visitor import walk
 
@@ -227,6 +228,8 @@ class _Printer:
             self.allocate(s, flat=True)
         elif isinstance(s, Evaluate):
             self.line(f"evaluate({self.expr(s.value)})")
+        elif isinstance(s, TensorIntrinCall):
+            self.tensor_intrin(s)
         elif isinstance(s, BlockRealize):
             self.block(s.block, s)
         elif isinstance(s, Block):
@@ -401,6 +404,18 @@ class _Printer:
             indices = ", ".join(self.expr(i) for i in e.indices)
             return f"{e.tensor.name}[{indices}]", _P_ATOM
         raise TensorIRError(f"to_text: unknown expression {type(e).__name__}")
+
+    def tensor_intrin(self, s: TensorIntrinCall) -> None:
+        """``tensor_intrin NAME(A[origin] 4 step (0, 1), ...)``: each operand's first element,
+        its tile shape and the index steps along each tile dimension; ``out`` marks the
+        written ones."""
+        parts = []
+        for load, steps, extents, written in zip(s.operands, s.steps, s.extents, s.written):
+            shape = "x".join(str(e) for e in extents)
+            step = ", ".join("(" + ", ".join(str(x) for x in st) + ")" for st in steps)
+            mode = "out " if written else ""
+            parts.append(f"{mode}{self.expr(load)} {shape} step {step}")
+        self.line(f"tensor_intrin {s.intrin}({', '.join(parts)})")
 
     def load_text(self, buffer, indices) -> str:
         inner = ", ".join(self.expr(i) for i in indices) if indices else "()"

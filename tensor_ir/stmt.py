@@ -117,6 +117,25 @@ class Evaluate(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class TensorIntrinCall(Stmt):
+    """One tile computed by the tensor intrinsic ``intrin`` (see :mod:`tensor_ir.intrinsics`).
+
+    Per parameter of the intrinsic's description, in its order: ``operands`` holds the load of
+    the tile's first element in the program's buffer, ``steps`` the change of that buffer's
+    indices (a tuple of ints, one per buffer dimension) one step along each dimension of the
+    description's buffer makes, ``extents`` the description buffer's shape and ``written``
+    whether the intrinsic writes the operand.  Keeping the steps per buffer dimension rather
+    than as flat strides lets buffer compaction reshape the buffer after ``tensorize``.
+    """
+
+    intrin: str
+    operands: tuple  # BufferLoad
+    steps: tuple     # per operand: per description dimension: per buffer dimension: int
+    extents: tuple   # per operand: tuple of ints
+    written: tuple   # per operand: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Block(Stmt):
     name: str
     iter_vars: tuple  # IterVar

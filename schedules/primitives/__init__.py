@@ -1,8 +1,8 @@
 """Pure primitives: PrimFunc -> PrimFunc rewrites addressed by block name and loop variable.
 
 loops.py (split, fuse, reorder, tile) and annotate.py (parallel, vectorize, unroll, bind,
-annotate, unannotate) hold the loop primitives; compute_at.py, cache.py, layout.py and
-reduction.py the block primitives, which Schedule and the samplers find by name through
+annotate, unannotate) hold the loop primitives; compute_at.py, cache.py, layout.py,
+reduction.py and tensorize.py (blockize, tensorize) the block primitives, which Schedule and the samplers find by name through
 :func:`block_primitives`.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from .compute_at import compute_at, compute_inline, reverse_compute_at, reverse_
 from .layout import pack_layout, transform_layout
 from .loops import fuse, reorder, split, tile
 from .reduction import decompose_reduction, rfactor
+from .tensorize import blockize, tensorize, tensorize_loop
 
 __all__ = ["split", "fuse", "reorder", "tile", "parallel", "vectorize", "unroll", "bind",
            "annotate", "unannotate", "block_primitives", "annotate_ops"]
@@ -25,6 +26,7 @@ _BLOCK_PRIMITIVES = {
     "cache_read": cache_read, "cache_write": cache_write, "set_scope": set_scope,
     "storage_align": storage_align, "transform_layout": transform_layout,
     "pack_layout": pack_layout, "rfactor": rfactor, "decompose_reduction": decompose_reduction,
+    "blockize": blockize, "tensorize": tensorize, "tensorize_loop": tensorize_loop,
 }
 
 

@@ -243,6 +243,15 @@ def decompose_reduction(func: PrimFunc, block: str, loop_var: Var) -> tuple[Prim
         check(not any(uses_var(v, lp.loop_var) for v in reduce_vals),
               f"{what}: loop {lp.loop_var.name} above {loop_var.name} binds a reduce variable "
               f"of block {block}; the init would run inside the reduction")
+    # A block nested in another (blockize) may take part of its reduction from the outer
+    # block's iteration variables: the init cannot be hoisted out of that reduction here.
+    own_loops = {lp.loop_var for lp in loops}
+    for v in reduce_vals:
+        outside = [u for u in collect(v, Var) if u not in own_loops]
+        check(not outside,
+              f"{what}: a reduce variable of block {block} is bound to {v}, which depends on "
+              f"{outside[0].name if outside else ''} from outside its loop nest (an enclosing "
+              f"block); decompose the reduction before blockize")
 
     # 1. Copies of the loops from the given one inward that bind spatial variables only.
     kept, fresh = [], {}

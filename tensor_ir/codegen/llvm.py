@@ -58,11 +58,13 @@ from ..stmt import (
     IfThenElse,
     LetStmt,
     SeqStmt,
+    TensorIntrinCall,
 )
 from ..visitor import walk
 from . import fastmath
 from .common import const_shape, flat_index
 from .parallel import ParallelMixin
+from .tensor_intrin import TensorIntrinMixin
 from .types import (
     FAST_MATH,
     I8,
@@ -102,12 +104,15 @@ class CodegenOptions:
     ``num_threads`` is passed to GOMP_parallel (0: the OpenMP default, all cores);
     ``triple`` is written into the module (empty: left for the compile step to fill in);
     ``vector_bits`` is the width of the target's vector registers (0: unknown), which a
-    vectorized loop wider than one register is cut into (see ``VectorMixin.vector_loop``).
+    vectorized loop wider than one register is cut into (see ``VectorMixin.vector_loop``);
+    ``features`` the target's LLVM feature string ("+avx2,+fma"; None: unknown, taken as the
+    host's for the host's architecture), which tensor intrinsics are checked against.
     """
 
     num_threads: int = 0
     triple: str = ""
     vector_bits: int = 0
+    features: str | None = None
 
 
 @dataclass
@@ -168,7 +173,7 @@ def codegen(func: PrimFunc, name: str | None = None,
             gc.enable()
 
 
-class CodeGenLLVM(VectorMixin, ParallelMixin):
+class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
     """Emits one PrimFunc.  Expression values are llvmlite values, vectors inside vector mode.
 
     Mode state: ``lanes`` is the vector width while emitting a vectorized loop body, ``lane``
@@ -318,6 +323,8 @@ class CodeGenLLVM(VectorMixin, ParallelMixin):
             self._allocate(s)
         elif isinstance(s, Evaluate):
             self.expr(s.value)
+        elif isinstance(s, TensorIntrinCall):
+            self.tensor_intrin(s)
         elif isinstance(s, (Block, BlockRealize)):
             raise BuildError("codegen: the function still holds blocks; lower it first")
         else:

@@ -35,7 +35,7 @@ import pytest
 import autotune
 from schedules import Schedule, ScheduleError, Trace
 from schedules.instructions import kinds
-from tensor_ir import interp, ops, te
+from tensor_ir import interp, intrinsics, ops, te
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc, structural_equal
 from tensor_ir.printer import to_text
@@ -109,7 +109,7 @@ PRIMITIVES = (
     "compute_at", "reverse_compute_at", "compute_inline", "reverse_compute_inline",
     "cache_read", "cache_write", "set_scope", "storage_align", "transform_layout",
     "pack_layout", "rfactor", "decompose_reduction", "sample_perfect_tile",
-    "sample_categorical", "sample_compute_location",
+    "sample_categorical", "sample_compute_location", "blockize", "tensorize",
 )
 # Instruction kinds that navigate instead of rewriting; every other kind must be in the matrix.
 NAVIGATION = {"get_block", "get_loops", "get_child_blocks", "get_producers", "get_consumers"}
@@ -936,6 +936,149 @@ def _(sch):
     e = sch.get_block("T_softmax_exp")
     i0 = sch.get_loops(e)[0]
     return lambda: sch.decompose_reduction(e, i0)
+
+
+# -- blockize ---------------------------------------------------------------------------------
+
+@case("blockize", "matmul")
+def _(sch):
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    jo, ji = sch.split(j, [None, 4])
+    ko, ki = sch.split(k, [None, 2])
+    sch.reorder(i, jo, ko, ji, ki)
+    sch.blockize(ji)
+
+
+@case("blockize", "conv2d")
+def _(sch):
+    nn, ff, yy, xx, rc, ry, rx = loops_of(sch, "conv2d_nchw")
+    sch.blockize(ry)                 # the tile: ry and rx, a 3 x 3 window
+    i0, i1, i2, i3 = loops_of(sch, "pad_data")
+    sch.blockize(i2)
+
+
+@case("blockize", "softmax")
+def _(sch):
+    sch.blockize(loops_of(sch, "T_softmax_exp")[1])
+    sch.blockize(loops_of(sch, "T_softmax_expsum")[0])
+
+
+@case("blockize", "layer_norm")
+def _(sch):
+    i0, i1 = loops_of(sch, "T_layer_norm")
+    _, i1o = sch.split(i1, [None, 4])
+    sch.blockize(i1o)
+
+
+@case("blockize", "matmul_bias_relu", "two_blocks", raises=r"chain of loops around one block")
+def _(sch):
+    i, j = loops_of(sch, "relu")
+    sch.compute_at(sch.get_block("bias_add"), j)
+    return lambda: sch.blockize(i)
+
+
+# -- tensorize --------------------------------------------------------------------------------
+# float32 intrinsics whose implementation is their own description (ReferenceImpl): the
+# matrix checks matching, the trace and the lowering of the tile on every family; the int8
+# hardware intrinsics have their own tests (test_tensorize.py).
+
+def _intrinsic(name: str, make) -> str:
+    intrinsics.register(name, make(), intrinsics.ReferenceImpl(), override=True)
+    return name
+
+
+def _dot_3x2(dtype: str = "float32"):
+    a = te.placeholder((2,), dtype, name="A")
+    b = te.placeholder((2, 3), dtype, name="B")
+    k = te.reduce_axis(2, name="k")
+    c = te.compute((3,), lambda i: te.sum(a[k] * b[k, i], axis=k), name="C")
+    return te.create_prim_func([a, b, c])
+
+
+def _window_5x3():
+    a = te.placeholder((5, 3), "float32", name="A")
+    w = te.placeholder((3,), "float32", name="W")
+    k = te.reduce_axis(3, name="k")
+    c = te.compute((5,), lambda i: te.sum(a[i, k] * w[k], axis=k), name="C")
+    return te.create_prim_func([a, w, c])
+
+
+def _exp_shift_4x6():
+    a = te.placeholder((4, 6), "float32", name="A")
+    m = te.placeholder((4,), "float32", name="M")
+    c = te.compute((4, 6), lambda i, j: te.exp(a[i, j] - m[i]), name="C")
+    return te.create_prim_func([a, m, c])
+
+
+def _row_sum_4x8():
+    a = te.placeholder((4, 8), "float32", name="A")
+    k = te.reduce_axis(8, name="k")
+    c = te.compute((4,), lambda i: te.sum(a[i, k], axis=k), name="C")
+    return te.create_prim_func([a, c])
+
+
+MATRIX_DOT = _intrinsic("matrix_dot_3x2_f32", _dot_3x2)
+MATRIX_WINDOW = _intrinsic("matrix_window_5x3_f32", _window_5x3)
+MATRIX_EXP = _intrinsic("matrix_exp_shift_4x6_f32", _exp_shift_4x6)
+MATRIX_ROW_SUM = _intrinsic("matrix_row_sum_4x8_f32", _row_sum_4x8)
+MATRIX_DOT_INT = _intrinsic("matrix_dot_3x2_i32", lambda: _dot_3x2("int32"))
+
+
+@case("tensorize", "matmul")
+def _(sch):
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    jo, ji = sch.split(j, [None, 3])
+    ko, ki = sch.split(k, [None, 2])
+    sch.reorder(i, jo, ko, ji, ki)
+    sch.decompose_reduction(c, ko)
+    sch.tensorize(ji, MATRIX_DOT)
+
+
+@case("tensorize", "conv2d")
+def _(sch):
+    conv = sch.get_block("conv2d_nchw")
+    nn, ff, yy, xx, rc, ry, rx = sch.get_loops(conv)
+    sch.reorder(rc, ry, xx)          # the tile: xx (5) around rx (3), a sliding window
+    sch.decompose_reduction(conv, rc)
+    outer = sch.blockize(xx)
+    sch.tensorize(outer, MATRIX_WINDOW)
+
+
+@case("tensorize", "softmax")
+def _(sch):
+    sch.tensorize(loops_of(sch, "T_softmax_exp")[0], MATRIX_EXP)
+
+
+@case("tensorize", "layer_norm")
+def _(sch):
+    s = sch.get_block("T_layer_norm_sum")
+    i0, k0 = sch.get_loops(s)
+    sch.decompose_reduction(s, i0)
+    sch.tensorize(i0, MATRIX_ROW_SUM)
+
+
+@case("tensorize", "matmul", "dtype", raises=r"C has dtype float32, the intrinsic expects int32")
+def _(sch):
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    jo, ji = sch.split(j, [None, 3])
+    ko, ki = sch.split(k, [None, 2])
+    sch.reorder(i, jo, ko, ji, ki)
+    sch.decompose_reduction(c, ko)
+    return lambda: sch.tensorize(ji, MATRIX_DOT_INT)
+
+
+@case("tensorize", "softmax", "extent",
+      raises=r"extent of loop i0 is 4, the intrinsic matrix_dot_3x2_f32 expects 3 "
+             r"\(its loop i\)")
+def _(sch):
+    e = sch.get_block("T_softmax_expsum")
+    i0, k = sch.get_loops(e)
+    sch.decompose_reduction(e, i0)
+    exp_outer = loops_of(sch, "T_softmax_exp")[0]
+    return lambda: sch.tensorize(exp_outer, MATRIX_DOT)
 
 
 # -- sample_perfect_tile ----------------------------------------------------------------------
