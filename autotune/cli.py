@@ -108,6 +108,10 @@ def _tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
                    help="ONNX input shape, e.g. input=1x3x224x224 (repeatable)")
     p.add_argument("--no-live", action="store_true", help="plain log lines, even on a terminal")
+    p.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="build and measure on a Ray cluster: its address, 'auto' (the one "
+                        "`ray start` made on this machine) or 'local' (start one here); "
+                        "needs the [ray] extra")
     return p
 
 
@@ -342,7 +346,8 @@ def _tune(argv) -> int:
                                      ("timeout", args.timeout)) if v is not None}
         config = MeasureConfig(**measure)
         target = autotune.Target(args.target)
-        _check_runnable(args.target, target)
+        if args.ray is None:  # on a cluster, nodes with the target's hardware measure it
+            _check_runnable(args.target, target)
         _check_output_file("--db", args.db)
         if args.log_file:
             _check_output_file("--log-file", args.log_file)
@@ -354,6 +359,19 @@ def _tune(argv) -> int:
     except (ValueError, OSError) as err:  # bad option values, FrontendError, missing file
         print(f"tune-model: {err}", file=sys.stderr)
         return EXIT_USAGE
+    builder = runner = None
+    if args.ray is not None:
+        try:
+            from .measure.cluster import RayBuilder, RayRunner
+
+            builder = RayBuilder(address=args.ray, max_in_flight=None)
+            runner = RayRunner(config, address=args.ray, log=progress.line)
+        except Exception as err:  # noqa: BLE001 - no Ray, or no cluster at that address
+            progress.close()
+            print(f"tune-model: --ray {args.ray}: {type(err).__name__}: {err}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        progress.status = runner.describe
 
     # 2. The run.
     tally = _RunTally(progress.listener)
@@ -366,7 +384,8 @@ def _tune(argv) -> int:
                     time_budget=time_budget, deadline=deadline, policy=args.policy,
                     strategy=args.strategy, cost_model=args.cost_model,
                     batch_size=args.batch_size, seed=args.seed, num_workers=args.num_workers,
-                    measure_config=config, patience=args.patience,
+                    measure_config=config, builder=builder, runner=runner,
+                    patience=args.patience,
                     remeasure_top=args.remeasure_top, measure_latency=args.measure_latency,
                     min_coverage=args.min_coverage, listener=tally,
                     should_stop=interrupts.requested.is_set, log=progress.line)
@@ -385,6 +404,9 @@ def _tune(argv) -> int:
         return EXIT_ERROR
     finally:
         progress.close()
+        for part in (runner, builder):
+            if part is not None:
+                part.close()
 
     # 3. The report, then the exit status: the report is written even for a failed run, as
     #    it shows which tasks failed and how.

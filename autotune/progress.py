@@ -9,7 +9,9 @@ events and once a second in between so the clocks move: a header with the trials
 planned), the elapsed time, the time left and the ETA, the estimated end-to-end latency; then
 one row per task (trials, best time, share of the estimated latency, GFLOP/s and the roofline
 column of autotune.report, status), the tasks with the largest share first, as many as fit the
-window; then the latest notices (tasks set aside, converged, ...).  Anywhere else (a pipe, a
+window; then the latest notices (tasks set aside, converged, ...).  A ``status`` callable (the
+Ray runner's ``describe``: the nodes in use) adds its line under the header, and in the plain
+lines whenever it changes.  Anywhere else (a pipe, a
 file, CI) it writes plain log lines instead: one per measured batch and one per notice.  A log
 file, when given, receives the plain lines with a timestamp in either case.
 """
@@ -52,6 +54,8 @@ class Progress:
         self._peaks = None
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self.status = None            # a callable giving one more header line, or None
+        self._status_shown = None     # the status line last printed (plain mode)
 
     # -- inputs ------------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -71,6 +75,12 @@ class Progress:
             if self._peaks is None:
                 self._peaks = roofline(scheduler.target)
             text = self._event_line(event, scheduler, task)
+            status = self._status_line() if event in ("batch", "end") else None
+            if status is not None and status != self._status_shown:
+                self._status_shown = status
+                self._write_log(status)
+                if not self.live:
+                    self._print(status)
             if text:
                 self._write_log(text)
             if self.live:
@@ -123,6 +133,14 @@ class Progress:
                     f"{format_duration(s.elapsed)}; estimated latency {format_seconds(latency)}")
         return ""
 
+    def _status_line(self) -> str | None:
+        if self.status is None:
+            return None
+        try:
+            return str(self.status())
+        except Exception as err:  # noqa: BLE001 - a display must never stop the tuning
+            return f"(status unavailable: {type(err).__name__})"
+
     def _trials(self, s) -> str:
         planned = s.planned_trials()
         total = s.total_trials + planned if planned is not None else None
@@ -160,6 +178,9 @@ class Progress:
         lines = [f"tune-model {self.model} on {s.target}  (policy {s.policy}){phase}",
                  f"{self._trials(s)}   elapsed {format_duration(s.elapsed)}   left "
                  f"{self._left(s)}   est. latency {format_seconds(latency)}{note}"]
+        status = self._status_line()
+        if status:
+            lines.append(status)
         name_width = max(12, min(32, width - 66))
         head = (f"{'task':<{name_width}} {'x':>2} {'trials':>6} {'best':>10} {'share':>6} "
                 f"{'GFLOP/s':>9} {'roofline':>8}  status")

@@ -166,6 +166,10 @@ class MeasureResult:
     build_seconds  time the builder spent on the candidate.
     run_seconds    wall time the runner spent on the candidate, overhead included.
     kernel_seconds time spent inside the kernel itself (warm-up, repeats, check run).
+    host           the machine that measured it, when not this process's (a cluster node).
+    fingerprint    that machine's fingerprint of the target (see records.fingerprint), when
+                   it was measured elsewhere: the record is filed under the hardware that
+                   produced the time, not under the tuner's.
     """
 
     run_times: list[float]
@@ -178,6 +182,8 @@ class MeasureResult:
     build_seconds: float = 0.0
     run_seconds: float = 0.0
     kernel_seconds: float = 0.0
+    host: str | None = None
+    fingerprint: dict | None = None
 
     def __post_init__(self):
         if self.error_kind is not None and self.error_kind not in ERROR_KINDS:
@@ -228,16 +234,17 @@ class MeasureResult:
         """The record of this measurement: ``trace`` produced the program measured on
         ``target`` with settings ``config`` (a MeasureConfig).  The target is canonicalised
         here (this is the machine that resolved it); host, version and timestamp default to
-        this process's."""
+        this process's, except that a result measured elsewhere keeps its own ``host`` and
+        ``fingerprint``."""
         details = {name: getattr(self, name) for name in _DETAIL_FIELDS}
         return TuningRecord(
             workload_key, canonical_target(target), trace, run_times=tuple(self.run_times),
             median=None if self.is_error else self.median,
             error_kind=self.error_kind, error_msg=self.error_msg,
-            host=host_name() if host is None else host,
+            host=host if host is not None else (self.host or host_name()),
             version=library_version() if version is None else version,
             timestamp=time.time() if timestamp is None else timestamp,
-            config=config, details=details)
+            config=config, details=details, fingerprint=self.fingerprint)
 
     @staticmethod
     def from_record(record: TuningRecord) -> MeasureResult:
