@@ -28,6 +28,12 @@ access (the stride, in elements, of the access along the kernel's innermost-vary
 index: 0 broadcast, 1 coalesced, more strided), shared accesses whose stride makes bank
 conflicts likely, and whether the store belongs to a cross-thread reduction.
 
+A tensorized tile (``TensorIntrinCall``) is featurised as what it computes: the intrinsic's
+description expanded onto the program's buffers (:func:`tensor_ir.intrinsics.expand`), so its
+arithmetic, loads and footprints count like any store's; its stores also say how many
+iterations one intrinsic call covers (``tensor_intrin_tile``) and how many calls run
+(``tensor_intrin_calls``): the same loops cost far less as one instruction.
+
 Every value is non-negative and log-transformed (``log2(1 + x)``).  :func:`extract` is the
 batched entry point: ``extract(funcs, target=None) -> ndarray [n, NUM_FEATURES]`` (float32).
 """
@@ -40,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensor_ir import dtype as dt
+from tensor_ir import intrinsics
 from tensor_ir.arith import int_bound
 from tensor_ir.buffer import Buffer
 from tensor_ir.expr import (
@@ -73,6 +80,7 @@ from tensor_ir.stmt import (
     IfThenElse,
     LetStmt,
     SeqStmt,
+    TensorIntrinCall,
 )
 from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_cross_thread_reductions
@@ -80,7 +88,8 @@ from tensor_ir.visitor import collect
 
 # Bump when the layout or meaning of the vector changes: stored models check it.
 # 2: the GPU block at the end of the global section (zeros for CPU programs).
-FEATURE_VERSION = 2
+# 3: tensor_intrin_tile and tensor_intrin_calls at the end of the loop features.
+FEATURE_VERSION = 3
 
 CACHE_LINE_BYTES = 64
 TOP_BUFFERS = 4          # buffers per store, the largest by accessed bytes first
@@ -114,6 +123,7 @@ LOOP_FEATURES = (
     "vectorized_num", "vectorized_lanes", "unrolled_num", "unrolled_prod", "parallel_num",
     "parallel_prod", "work_per_thread", "block_idx_prod", "thread_idx_prod", "vthread_prod",
     "auto_unroll_max_step", "auto_unroll_covered", "accumulate", "annotated_loops",
+    "tensor_intrin_tile", "tensor_intrin_calls",
 )
 
 BUFFER_FEATURES = (
@@ -276,6 +286,8 @@ class ProgramAnalysis:
     kernel_local: np.ndarray  # [K] local bytes allocated per thread
     is_gpu: np.ndarray       # [P]
     gpu_limits: np.ndarray   # [P, 6] GpuLimits.as_row()
+    # Tensorized tiles: iterations one intrinsic call covers, 0 for a plain store.
+    tensor_tile: np.ndarray  # [S]
 
     @property
     def num_programs(self) -> int:
@@ -311,6 +323,8 @@ class _Walker:
         self.ctr_buffers = ctr_buffers
         self.ctr_depth = 0
         self._slope_memo: dict[int, tuple] = {}
+        # Iterations of the tensorized tile being walked (0 outside one).
+        self.intrin_tile = 0
 
     # -- statements ---------------------------------------------------------------------------
     def visit(self, s) -> None:
@@ -342,12 +356,29 @@ class _Walker:
             self.ctr_depth -= inside
         elif isinstance(s, Evaluate):
             return
+        elif isinstance(s, TensorIntrinCall):
+            self._tensor_intrin(s)
         elif isinstance(s, (BlockRealize, Block)):
             block = s.block if isinstance(s, BlockRealize) else s
             raise FeatureError(f"found block {block.name!r}: features are extracted from "
                                f"lowered programs")
         else:
             raise FeatureError(f"unsupported statement {type(s).__name__} in a lowered program")
+
+    def _tensor_intrin(self, s: TensorIntrinCall) -> None:
+        """Walk the tile as the loops it stands for (the description on the program's
+        buffers), its stores marked with the tile's size."""
+        try:
+            tile = intrinsics.expand(s)
+        except intrinsics.IntrinsicError as err:
+            raise FeatureError(f"cannot featurise the tile of {s.intrin}: {err}") from None
+        size, node = 1, tile
+        while isinstance(node, For):
+            size *= self._extent(node)
+            node = node.body
+        outer, self.intrin_tile = self.intrin_tile, max(size, 1)
+        self.visit(tile)
+        self.intrin_tile = outer
 
     def _for(self, s: For) -> None:
         self.num_loops += 1
@@ -393,7 +424,7 @@ class _Walker:
         accumulate = self.groups[groups[s.buffer]][1] > 0
         pinned, guards = self._guards(position)
         self.stores.append((tuple(self.loops), pinned, guards, counts, accumulate,
-                            self.kernel, self.ctr_depth > 0))
+                            self.kernel, self.ctr_depth > 0, self.intrin_tile))
 
     # -- guards -------------------------------------------------------------------------------
     def _guards(self, position: dict) -> tuple[set, list]:
@@ -697,7 +728,8 @@ def analyze(func: PrimFunc, target: Target | str | None = None) -> ProgramAnalys
         group_shared=groups[:, 5] > 0, kernel_starts=np.array([0, K], dtype=np.int64),
         kernel_shared=kernel_shared, kernel_local=kernel_local,
         is_gpu=np.array([is_gpu]),
-        gpu_limits=np.array([GpuLimits.from_target(target).as_row()], dtype=np.float64))
+        gpu_limits=np.array([GpuLimits.from_target(target).as_row()], dtype=np.float64),
+        tensor_tile=np.array([st[7] for st in w.stores], dtype=np.float64))
 
 
 def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
@@ -769,7 +801,8 @@ def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
         kernel_shared=cat([a.kernel_shared for a in analyses]),
         kernel_local=cat([a.kernel_local for a in analyses]),
         is_gpu=cat([a.is_gpu for a in analyses]),
-        gpu_limits=cat([a.gpu_limits for a in analyses]))
+        gpu_limits=cat([a.gpu_limits for a in analyses]),
+        tensor_tile=cat([a.tensor_tile for a in analyses]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -856,6 +889,10 @@ def store_features(analysis: ProgramAnalysis) -> tuple[np.ndarray, np.ndarray]:
         step > 0, np.max(np.where(fits, inner, 0.0), axis=1), 0.0)
     rows[:, L["accumulate"]] = an.accumulate
     rows[:, L["annotated_loops"]] = an.annotated.sum(axis=1)
+    tiled = an.tensor_tile > 0
+    rows[:, L["tensor_intrin_tile"]] = an.tensor_tile
+    rows[:, L["tensor_intrin_calls"]] = np.where(
+        tiled, executions / np.maximum(an.tensor_tile, 1.0), 0.0)
 
     # 3. Buffers.  Footprints when loops l..N-1 vary, per access, for every level l: the
     #    touched range of a dimension is 1 + sum_j |slope[d, j]| * (extent_j - 1), and its

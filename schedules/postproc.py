@@ -33,6 +33,7 @@ from tensor_ir.expr import IntImm
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import (
     PARALLEL, REDUCE, SERIAL, THREAD_BINDING, VECTORIZED, Block, BlockRealize, For,
+    TensorIntrinCall,
 )
 from tensor_ir.target import Target
 from tensor_ir.visitor import collect, walk
@@ -164,6 +165,8 @@ class RewriteParallelVectorizeUnroll(Postproc):
             loops = loc.loops
             if not loops or loc.path[-1] is not loops[-1]:
                 continue  # the block is not the whole body of its innermost loop
+            if isinstance(loc.node.block.body, TensorIntrinCall):
+                continue  # a tensorized tile is one vector operation already
             inner = loops[-1]
             if inner.kind != SERIAL or not isinstance(inner.extent, IntImm):
                 continue
@@ -289,7 +292,8 @@ def _nest_heads(sch: Schedule) -> list[str]:
 class VerifyCPU(Postproc):
     """Limits of a CPU target: no GPU thread bindings; no parallel loop inside another (the
     runtime would run it serially -- a waste of a sampled choice); vectorised loops of
-    constant extent within the vector limit, with no parallel or vectorised loop inside."""
+    constant extent within the vector limit, with no parallel or vectorised loop and no
+    tensorized tile inside."""
 
     rewrites = False
 
@@ -327,6 +331,10 @@ def verify_cpu(func, max_vector_extent: int = MAX_VECTOR_EXTENT) -> str | None:
                     return
             visit(node.body, in_parallel or node.kind == PARALLEL,
                   in_vector or node.kind == VECTORIZED)
+            return
+        if isinstance(node, TensorIntrinCall) and in_vector:
+            # The code generator emits a tile once, as scalar code around its instruction.
+            problems.append(f"tensor intrinsic {node.intrin} is inside a vectorised loop")
             return
         for child in _stmt_children(node):
             visit(child, in_parallel, in_vector)

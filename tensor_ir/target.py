@@ -12,7 +12,13 @@ Facts not written in the string are filled in: for the host from the operating s
 (``/proc/cpuinfo``, the CPU affinity mask and cgroup quota, ``/sys/devices/system/cpu``) and
 LLVM's host CPU name and features; for a named CPU from a small table of well-known CPUs; for
 CUDA from a table indexed by ``-arch``.  ``Target.register(name, spec)`` gives a string a name,
-so ``Target("my-board -num-cores 2")`` starts from the registered spec and overrides one option.
+so ``Target("my-board -num-cores 2")`` starts from the registered spec and overrides one option;
+its keyword arguments add the facts a user knows (cores, vector width, caches, intrinsics).
+
+A CPU target also says which tensor intrinsics (:mod:`tensor_ir.intrinsics`) it offers: those
+its features imply (AVX-512 VNNI: ``dot_16x4_u8i8i32_vnni``; AArch64 dotprod:
+``dot_4x4_i8i8i32_sdot``) and those ``-intrinsics=a,b`` declares (an accelerator's C function,
+a vendor micro-kernel).  The design space tensorizes blocks that match one of them.
 
 ``str(target)`` is the canonical string: deterministic, parseable again, and what tuning
 records are keyed by.  Two targets are equal when their canonical strings are.
@@ -59,6 +65,8 @@ _OPTIONS: dict[str, dict[str, str]] = {
         "l2-cache": "L2 cache size, bytes (suffix K or M allowed)",
         "l3-cache": "last-level cache size, bytes (suffix K or M allowed)",
         "cache-line": "cache line size in bytes",
+        "intrinsics": "comma-separated tensor intrinsics offered besides those the features "
+                      "imply, e.g. my_dot_8x4",
     },
     "cuda": {
         "arch": "compute architecture, e.g. sm_80, sm_90",
@@ -122,6 +130,15 @@ _OPENCL_DEFAULT_WORK_GROUP = 256
 _OPENCL_DEFAULT_LOCAL_MEMORY = 16 * 1024
 
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
+
+# Tensor intrinsics a CPU offers because of one of its features: (architecture, LLVM feature)
+# -> intrinsic name (registered by tensor_ir.intrinsics.builtin).  Names only, so that this
+# module does not import the intrinsic registry (and its LLVM emitters) to parse a string.
+_FEATURE_INTRINSICS = {
+    ("x86_64", "avx512vnni"): "dot_16x4_u8i8i32_vnni",
+    ("aarch64", "dotprod"): "dot_4x4_i8i8i32_sdot",
+}
+_INTRINSIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,7 +474,9 @@ class Target:
 
     CPU (kind ``llvm``) facts: ``triple``, ``cpu``, ``features`` (frozenset of LLVM feature
     names that are on), ``num_cores``, ``vector_bits`` / ``vector_lanes(dtype)``, cache sizes
-    ``l1d_cache``, ``l2_cache``, ``l3_cache``, ``cache_line`` (bytes, None when unknown).
+    ``l1d_cache``, ``l2_cache``, ``l3_cache``, ``cache_line`` (bytes, None when unknown),
+    ``intrinsics`` (names of the tensor intrinsics it offers: implied by its features, then
+    declared with ``-intrinsics``; empty for GPU targets).
     GPU (kind ``cuda``) facts: ``arch``, ``compute_capability``, ``max_threads_per_block``,
     ``max_shared_memory_per_block`` (without opt-in), ``max_shared_memory_per_block_optin``,
     ``warp_size``, ``registers_per_block``, ``max_threads_per_multiprocessor``, and ``host``
@@ -468,6 +487,7 @@ class Target:
 
     __slots__ = (
         "_canonical",
+        "_declared_intrinsics",
         "_mattr",
         "arch",
         "cache_line",
@@ -475,6 +495,7 @@ class Target:
         "cpu",
         "features",
         "host",
+        "intrinsics",
         "is_host",
         "kind",
         "l1d_cache",
@@ -511,6 +532,8 @@ class Target:
                 setattr(self, name, None)
         self.features = frozenset()
         self._mattr = ()
+        self.intrinsics = ()
+        self._declared_intrinsics = ()
         if kind == "llvm":
             if host is not None:
                 raise TargetError(f"target {spec!r}: a CPU target has no separate host")
@@ -591,6 +614,26 @@ class Target:
             info.l3_cache if local else None)
         self.cache_line = _int_option(options, "cache-line", spec) or (
             info.cache_line if local else 64)
+        self._init_intrinsics(options, spec, arch)
+
+    def _init_intrinsics(self, options: dict[str, str], spec: str, arch: str) -> None:
+        """The intrinsics the features imply, then the declared ones (each name once).  Names
+        are not looked up here: a record naming an intrinsic another process registers must
+        still parse; the design space and the build resolve them."""
+        implied = [name for (a, feature), name in sorted(_FEATURE_INTRINSICS.items())
+                   if a == arch and feature in self.features]
+        declared = []
+        for name in options.get("intrinsics", "").split(","):
+            name = name.strip()
+            if not name:
+                continue
+            if not _INTRINSIC_NAME.fullmatch(name):
+                raise TargetError(f"target {spec!r}: -intrinsics entry {name!r} is not an "
+                                  f"intrinsic name (letters, digits, '_', '.')")
+            if name not in implied and name not in declared:
+                declared.append(name)
+        self._declared_intrinsics = tuple(sorted(declared))
+        self.intrinsics = tuple(implied) + self._declared_intrinsics
 
     # -- CUDA ----------------------------------------------------------------------------------
     def _init_cuda(self, options: dict[str, str], spec: str, host) -> None:
@@ -644,8 +687,12 @@ class Target:
             # Resolved values are written out, so a record says what it was tuned for on any
             # machine that reads it; the host's full feature list is implied by -mcpu and left
             # out to keep the key short.
-            for key in ("mtriple", "mcpu", "num-cores", "mattr"):
+            for key in ("mtriple", "mcpu", "num-cores", "mattr", "intrinsics"):
                 opts.pop(key, None)
+            # Declared intrinsics the features already imply are left out (they add nothing),
+            # the rest sorted: equal facts, equal strings.
+            if self._declared_intrinsics:
+                opts["intrinsics"] = ",".join(self._declared_intrinsics)
             parts = ["llvm", f"-mtriple={self.triple}", f"-mcpu={self.cpu}"]
             if self._mattr:
                 parts.append("-mattr=" + ",".join(self._mattr))
@@ -701,7 +748,8 @@ class Target:
     def facts(self) -> dict:
         """The hardware facts as a plain dict (for reports and notebooks)."""
         names = (("triple", "cpu", "model_name", "num_cores", "vector_bits", "l1d_cache",
-                  "l2_cache", "l3_cache", "cache_line", "is_host") if self.kind == "llvm" else
+                  "l2_cache", "l3_cache", "cache_line", "intrinsics", "is_host")
+                 if self.kind == "llvm" else
                  ("model_name", "max_threads_per_block", "max_shared_memory_per_block")
                  if self.kind == "opencl" else
                  ("arch", "compute_capability", "max_threads_per_block",
@@ -717,16 +765,46 @@ class Target:
 
     # -- registry ----------------------------------------------------------------------------------
     @staticmethod
-    def register(name: str, spec: str | Target, overwrite: bool = False) -> Target:
+    def register(name: str, spec: str | Target = "llvm", overwrite: bool = False, *,
+                 triple: str | None = None, cpu: str | None = None,
+                 features=None, num_cores: int | None = None,
+                 vector_width: int | None = None, l1d_cache: int | str | None = None,
+                 l2_cache: int | str | None = None, l3_cache: int | str | None = None,
+                 cache_line: int | None = None, intrinsics=None) -> Target:
         """Give ``spec`` a name usable wherever a target string is (``Target(name)``, with
-        further options allowed after it).  Returns the target the name stands for."""
+        further options allowed after it).  Returns the target the name stands for.
+
+        The keyword arguments are the facts a user knows about a CPU, each written into the
+        registered string as its option (so the canonical string, which tuning records are
+        keyed by, carries them and parses again in a process that never registered the
+        name): ``triple`` (-mtriple), ``cpu`` (-mcpu), ``features`` ("+avx2,-avx512f" or a
+        list of such entries, added to the spec's -mattr), ``num_cores``, ``vector_width``
+        (bits), ``l1d_cache`` / ``l2_cache`` / ``l3_cache`` (bytes, or "32K", "1M"),
+        ``cache_line`` (bytes) and ``intrinsics`` (names registered in
+        :mod:`tensor_ir.intrinsics`, added to the spec's -intrinsics; each must exist and,
+        for an LLVM implementation, suit the target's architecture and features)::
+
+            Target.register("avx2-4core", "llvm -mcpu=haswell", num_cores=4, l2_cache="1M")
+            Target.register("my-accel-host", intrinsics=["my_dot_8x4"])
+        """
         if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*", name or ""):
             raise TargetError(f"cannot register target name {name!r}: use letters, digits, "
                               "'_', '.', '-', not starting with '-'")
         if name in KINDS:
             raise TargetError(f"cannot register target name {name!r}: it is a built-in kind")
         text = spec._canonical if isinstance(spec, Target) else spec
+        if not isinstance(text, str):
+            raise TargetError(f"cannot register target {name!r}: the spec is a string or "
+                              f"Target, got {type(spec).__name__}")
+        extra = _fact_options(name, text, triple=triple, cpu=cpu, features=features,
+                              num_cores=num_cores, vector_width=vector_width,
+                              l1d_cache=l1d_cache, l2_cache=l2_cache, l3_cache=l3_cache,
+                              cache_line=cache_line, intrinsics=intrinsics)
+        if extra:
+            text = " ".join([text] + [f"-{k}={shlex.quote(v)}" for k, v in extra])
         target = Target(text)  # validate before storing
+        if intrinsics:
+            _check_intrinsics(name, target, list(_names_of(intrinsics, "intrinsics", name)))
         with _REGISTRY_LOCK:
             if name in _REGISTRY and not overwrite and _REGISTRY[name] != text:
                 raise TargetError(f"target name {name!r} is already registered as "
@@ -769,3 +847,90 @@ class Target:
         # Rebuilt from the canonical string in the receiving process; for the host target the
         # string names the CPU, so a worker on the same machine gets an equal target.
         return (Target, (self._canonical,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts given to Target.register
+# ---------------------------------------------------------------------------------------------
+
+def _names_of(value, what: str, name: str) -> tuple[str, ...]:
+    """A comma-separated string or a sequence of strings -> the stripped, non-empty entries."""
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        items = list(value)
+    else:
+        raise TargetError(f"cannot register target {name!r}: {what} is a string or a list of "
+                          f"strings, got {type(value).__name__}")
+    out = []
+    for item in items:
+        if not isinstance(item, str):
+            raise TargetError(f"cannot register target {name!r}: {what} entry {item!r} is not "
+                              f"a string")
+        if item.strip():
+            out.append(item.strip())
+    return tuple(out)
+
+
+def _fact_options(name: str, spec: str, **facts) -> list[tuple[str, str]]:
+    """The options ``Target.register``'s keyword arguments stand for, in a fixed order.  A list
+    option (-mattr, -intrinsics) extends what ``spec`` already says rather than replacing it."""
+    written = _resolve(spec)[1]
+    out: list[tuple[str, str]] = []
+    for key, option in (("triple", "mtriple"), ("cpu", "mcpu")):
+        value = facts[key]
+        if value is not None:
+            if not isinstance(value, str) or not value.strip():
+                raise TargetError(f"cannot register target {name!r}: {key} must be a "
+                                  f"non-empty string, got {value!r}")
+            out.append((option, value.strip()))
+    for key, option in (("features", "mattr"), ("intrinsics", "intrinsics")):
+        value = facts[key]
+        if value is None:
+            continue
+        entries = _names_of(value, key, name)
+        if key == "features":
+            # A bare feature name means "on", as the feature lists of CPU manuals read.
+            entries = tuple(e if e[0] in "+-" else "+" + e for e in entries)
+        before = tuple(e for e in written.get(option, "").split(",") if e.strip())
+        if entries:
+            out.append((option, ",".join(before + entries)))
+    for key, option, size in (("num_cores", "num-cores", False),
+                              ("vector_width", "vector-width", False),
+                              ("l1d_cache", "l1d-cache", True), ("l2_cache", "l2-cache", True),
+                              ("l3_cache", "l3-cache", True),
+                              ("cache_line", "cache-line", False)):
+        value = facts[key]
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+                isinstance(value, str) and not size):
+            raise TargetError(f"cannot register target {name!r}: {key} must be a positive "
+                              f"integer{' or a size such as 32K' if size else ''}, got "
+                              f"{value!r}")
+        out.append((option, str(value)))
+    return out
+
+
+def _check_intrinsics(name: str, target: Target, names: list[str]) -> None:
+    """Each declared intrinsic is registered and, when LLVM emits it, fits the target's
+    architecture and features (its kernels would fail to build otherwise)."""
+    from . import intrinsics as registry  # imported here: it pulls in te and llvmlite
+
+    arch = _arch_of(target.triple or "")
+    for intrin_name in names:
+        try:
+            intrin = registry.get(intrin_name)
+        except registry.IntrinsicError as err:
+            raise TargetError(f"cannot register target {name!r}: {err}") from None
+        impl = intrin.impl
+        if isinstance(impl, registry.LLVMImpl):
+            if arch not in {_ARCH_ALIASES.get(a, a) for a in impl.arch}:
+                raise TargetError(f"cannot register target {name!r}: tensor intrinsic "
+                                  f"{intrin_name} needs a {' or '.join(impl.arch)} target, "
+                                  f"this one is {target.triple}")
+            missing = [f for f in impl.features if not target.has_feature(f)]
+            if missing:
+                raise TargetError(f"cannot register target {name!r}: tensor intrinsic "
+                                  f"{intrin_name} needs the features {', '.join(missing)}, "
+                                  f"which {target} does not have (add them with features=)")

@@ -16,7 +16,10 @@ Rules for CPUs (the order of ``default_rules``, as in MetaSchedule):
     rfactor                   rfactor reductions with little parallelism or contiguous
                               reduction axes (GEMV, softmax, norms)
     multi_level_tiling        "SSRSRS" tiling with sampled tile sizes, register-level
-                              cache_write (or fused elementwise consumer), operand packing
+                              cache_write (or fused elementwise consumer), operand packing;
+                              on a target offering tensor intrinsics, a matching block keeps
+                              the intrinsic's tile innermost and is tensorized
+                              (rules/auto_tensorize.py)
     parallel_vectorize_unroll annotate the root block with sampled parallel extent and unroll
                               step (realised by schedules.postproc)
     random_compute_location   sampled compute_at of producers that were not tiled or inlined

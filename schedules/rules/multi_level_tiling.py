@@ -26,6 +26,12 @@ inside the write-back -- is sampled within the vector register file, innermost l
 such a block cannot amortise accumulators that live in memory.  Sketch-level alternatives
 (one schedule each): the write-back level, and packed / not packed.  The block is annotated
 ``meta_schedule.tiling_structure`` so later rules leave it alone.
+
+When the target offers tensor intrinsics (``Target.intrinsics``) and the block matches one
+(see rules/auto_tensorize.py: after packing an operand if its tile is not laid out as the
+intrinsic needs), the sketches keep the intrinsic's tile innermost and tensorize it instead:
+one per write-back level and matching loop assignment, and no plain ones -- the intrinsic does
+the tile's arithmetic in one instruction where plain code needs several per element.
 """
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ from .base import ScheduleRule, try_on_copy
 from .analysis import (
     block_info, has_data_reuse, is_elementwise_consumer, read_loads, single_store,
 )
+from .auto_tensorize import finish_tensorized, match, resolve_intrinsics, tile_tensorized
 from .packing import PackPlan, plan_packing
 from .. import tree
 
@@ -47,17 +54,22 @@ TILING_KEY = "meta_schedule.tiling_structure"
 # Reductions of at most this many iterations per output (pooling and depthwise windows) get
 # their accumulator tile bounded by the vector register file.
 SHORT_REDUCTION = 32
+# Bound of the innermost sampled factor around a tensorized tile: that level counts whole
+# intrinsic calls (16 int32 lanes each for VNNI), whose accumulators should stay in registers.
+TENSORIZED_INNERMOST_FACTOR = 8
 
 
 class MultiLevelTiling(ScheduleRule):
     """Options: ``structure`` (letters S and R, outer to inner), ``max_innermost_factor``
     (bound of the innermost sampled factor), ``write_levels`` (write-back levels to offer,
-    1-based: after the first / second S group), ``pack`` (offer packed sketches)."""
+    1-based: after the first / second S group), ``pack`` (offer packed sketches),
+    ``intrinsics`` (tensor intrinsic names to tensorize with; None: the target's, empty:
+    never tensorize)."""
 
     name = "multi_level_tiling"
 
     def __init__(self, structure: str = "SSRSRS", max_innermost_factor: int = 64,
-                 write_levels=(1, 2), pack: bool = True):
+                 write_levels=(1, 2), pack: bool = True, intrinsics=None):
         structure = structure.upper()
         if not structure or set(structure) - {"S", "R"} or "S" not in structure:
             raise ScheduleError(f"MultiLevelTiling: structure {structure!r} must be letters S "
@@ -69,9 +81,12 @@ class MultiLevelTiling(ScheduleRule):
         self.pack = pack
         self.lanes = 16
         self.register_elements = 32 * 16
+        self.intrinsic_names = None if intrinsics is None else tuple(intrinsics)
+        self.intrinsics: tuple = ()
 
     def initialize(self, target: Target) -> None:
         self.lanes = max(1, target.vector_lanes("float32"))
+        self.intrinsics = resolve_intrinsics(target, self.intrinsic_names)
         # AVX-512 (and AArch64) have 32 vector registers, AVX2 and SSE 16.  A GPU thread's
         # registers are another matter (its rules bound them by thread count): no budget.
         if target.is_cpu:
@@ -102,6 +117,10 @@ class MultiLevelTiling(ScheduleRule):
         info = self.applicable(sch, block)
         if info is None:
             return [sch]
+        if self.intrinsics:
+            tensorized = self._tensorized_sketches(sch, block, info)
+            if tensorized:
+                return tensorized
         spatial = [k for k, kind in enumerate(info.loop_kinds) if kind == SPATIAL]
         last = spatial[-1]
         # (vectorised loop, packing plan, register-tile width): the innermost spatial loop,
@@ -127,6 +146,30 @@ class MultiLevelTiling(ScheduleRule):
                 if done is not None:
                     out.append(done)
         return out or [sch]
+
+    def _tensorized_sketches(self, sch: Schedule, block: str, info) -> list[Schedule]:
+        """One sketch per matching plan of the target's intrinsics and write-back level (the
+        first intrinsic that matches wins: a target lists its intrinsics best first)."""
+        for intrin in self.intrinsics:
+            out = []
+            for plan in match(sch.func, info, intrin):
+                for level in self.write_levels:
+                    done = try_on_copy(sch, lambda s, p=plan, lv=level: self._tile_tensorized(
+                        s, block, info, p, lv))
+                    if done is not None:
+                        out.append(done)
+            if out:
+                return out
+        return []
+
+    def _tile_tensorized(self, sch: Schedule, block: str, info, plan, level) -> None:
+        innermost = min(self.max_innermost_factor, TENSORIZED_INNERMOST_FACTOR)
+        b, s_groups, first_reduce, tile_loop = tile_tensorized(
+            sch, block, info, plan, self.structure, innermost)
+        sch.annotate(b, TILING_KEY, self.structure)
+        if level is not None:
+            self._write(sch, b, block, s_groups[level - 1][-1])
+        finish_tensorized(sch, b, plan, first_reduce, tile_loop)
 
     def _pack_plan(self, sch: Schedule, info, vec: int) -> PackPlan | None:
         extent = info.loops[vec].extent.value
