@@ -1,6 +1,7 @@
 """Buffer: a named, typed, multi-dimensional array in a storage scope."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from . import dtype as dt
@@ -8,6 +9,16 @@ from .errors import TensorIRError
 from .expr import BufferLoad, IntImm, Node, PrimExpr, const
 
 SCOPES = ("global", "local", "shared")
+
+# A tagged local scope, "local.<tag>": storage private to the code that allocates it, as
+# "local" is, in a memory the tag names (an accelerator's scratchpad: "local.inp_buffer").
+# Code generation treats it as "local"; a target's verifier and timing model read the tag.
+_TAGGED_LOCAL = re.compile(r"local\.[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_scope(scope) -> bool:
+    """Whether ``scope`` is a storage scope: one of SCOPES or a tagged ``local.<tag>``."""
+    return isinstance(scope, str) and (scope in SCOPES or bool(_TAGGED_LOCAL.fullmatch(scope)))
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -21,7 +32,7 @@ class Buffer(Node):
     scope: str = "global"
 
     def __post_init__(self):
-        if self.scope not in SCOPES:
+        if not is_scope(self.scope):
             raise TensorIRError(f"buffer {self.name}: unknown scope {self.scope!r}")
 
     __eq__ = object.__eq__

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace as dc_replace
 
-from tensor_ir.buffer import SCOPES, Buffer
+from tensor_ir.buffer import SCOPES, Buffer, is_scope
 from tensor_ir.expr import BufferLoad, IntImm, binary
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import Block, BufferRegion, BufferStore, Range, Stmt, seq
@@ -20,8 +20,8 @@ __all__ = ["cache_read", "cache_write", "set_scope", "storage_align", "copy_regi
 
 def check_scope(scope: str, what: str) -> None:
     """Raise ScheduleError (naming the primitive ``what``) unless ``scope`` is a storage scope."""
-    check(scope in SCOPES, f"{what}: unknown storage scope {scope!r}; expected one of "
-                           f"{', '.join(SCOPES)}")
+    check(is_scope(scope), f"{what}: unknown storage scope {scope!r}; expected one of "
+                           f"{', '.join(SCOPES)} or a tagged local.<tag>")
 
 
 def copy_region(loc: tree.Located, buffer, accesses: str) -> list[tuple[int, int]]:
@@ -112,8 +112,9 @@ def cache_read(func: PrimFunc, block: str, read_buffer_index: int,
     writer_pos = B.child_index(items, set(B.writers(func, src)))
     check(not writer_pos or writer_pos[-1] < pos,
           f"{what}: buffer {src.name} is written in the same loop nest as block {block}")
-    cache = _new_buffer(func, src, scope, scope)
-    name = B.unique_name(B.block_names(func), f"{src.name}_{scope}")
+    # A tagged scope's dot is no part of a name ("local.acc_buffer" names A_local_acc_buffer).
+    cache = _new_buffer(func, src, scope, scope.replace(".", "_"))
+    name = B.unique_name(B.block_names(func), f"{src.name}_{scope.replace('.', '_')}")
     nest = _copy_nest(name, src, cache, copy_region(loc, src, "reads"))
     new_blk = B.replace_buffer(blk, src, cache)
     items = [transform(s, lambda n: new_blk if n is blk else None) for s in items]
@@ -155,8 +156,8 @@ def cache_write(func: PrimFunc, block: str, write_buffer_index: int,
     reader_pos = B.child_index(items, set(B.readers(func, dst)))
     check(pos not in reader_pos,
           f"{what}: buffer {dst.name} is read in the same loop nest as block {block}")
-    cache = _new_buffer(func, dst, scope, scope)
-    name = B.unique_name(B.block_names(func), f"{dst.name}_{scope}")
+    cache = _new_buffer(func, dst, scope, scope.replace(".", "_"))
+    name = B.unique_name(B.block_names(func), f"{dst.name}_{scope.replace('.', '_')}")
     nest = _copy_nest(name, cache, dst, copy_region(loc, dst, "writes"))
     new_blk = B.replace_buffer(blk, dst, cache)
     items = [transform(s, lambda n: new_blk if n is blk else None) for s in items]

@@ -8,7 +8,7 @@ from tensor_ir import arith
 from tensor_ir.expr import BufferLoad, IntImm, PrimExpr, Var, binary, compare
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import (
-    REDUCE, SERIAL, SPATIAL, TRUE, Block, BlockRealize, BufferStore, For, seq,
+    REDUCE, SERIAL, SPATIAL, TRUE, Block, BlockRealize, BufferStore, For, TensorIntrinCall, seq,
 )
 from tensor_ir.visitor import collect, substitute, transform, uses_var
 
@@ -118,6 +118,15 @@ def _realize_accesses(rloc: tree.Located, buffer, kind) -> list[tuple]:
                 out.append([(substitute(r.min, mapping),
                              substitute(binary("-", binary("+", r.min, r.extent), 1), mapping))
                             for r in w.region])
+        return out
+    if collect(blk.body, TensorIntrinCall):
+        # NOTE: a tensorized tile's operand load names only the tile's first element; the
+        # block's read regions (kept by blockize and tensorize) cover the whole tile.
+        for r in blk.reads:
+            if r.buffer is buffer:
+                out.append([(substitute(g.min, mapping),
+                             substitute(binary("-", binary("+", g.min, g.extent), 1), mapping))
+                            for g in r.region])
         return out
     for part in (blk.init, blk.body):
         if part is None:
