@@ -208,6 +208,22 @@ def test_cross_target_build_exports_object_only(tmp_path):
         kernel.export_library(tmp_path / "mm.so")
 
 
+@pytest.mark.parametrize("spec, machine", [
+    ("llvm -mtriple=aarch64-unknown-linux-gnu -mcpu=cortex-a72", 183),     # EM_AARCH64
+    ("llvm -mtriple=riscv64-unknown-linux-gnu -mcpu=generic-rv64 -mattr=+m,+a,+f,+d,+c,+v",
+     243),                                                                  # EM_RISCV
+])
+def test_cross_compiled_objects_are_elf_files_of_their_machine(spec, machine, tmp_path):
+    """The object a cross build exports is an ELF relocatable file for the target's
+    machine (e_type at byte 16, e_machine at byte 18, both little-endian here)."""
+    kernel = build(_matmul(), target=spec)
+    kernel.export_library(tmp_path / "mm.o")
+    data = (tmp_path / "mm.o").read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2  # 64-bit
+    assert int.from_bytes(data[16:18], "little") == 1  # ET_REL
+    assert int.from_bytes(data[18:20], "little") == machine
+
+
 def test_build_rejects_non_function():
     with pytest.raises(BuildError, match="build takes a PrimFunc"):
         build("matmul")
