@@ -22,7 +22,7 @@ from .executor import Executor
 from .gpu import GPUKernel, build_gpu
 from .graph.ir import Model
 from .history import ApplyHistoryBest, MissingRecordError, current
-from .model_build import build_model
+from .model_build import build_model, default_schedule
 
 __all__ = ["build"]
 
@@ -31,7 +31,7 @@ def build(func: PrimFunc | Model, target: str | Target | None = "llvm",
           name: str | None = None) -> Kernel | GPUKernel | Executor:
     """Compile ``func`` (a PrimFunc, or a Model from ``load_model``) for ``target``.  Under
     ``apply_history_best`` an unlowered function is replaced by its best record's program
-    (the default schedule of a model's function without one); otherwise a function builds as
+    (by its default schedule on a CPU target when it has none); otherwise a function builds as
     scheduled and a model with default schedules.  ``name``: a kernel's symbol.  An ``opencl``
     target builds a PrimFunc through :func:`autotune.gpu.build_gpu`."""
     context = current()
@@ -42,6 +42,10 @@ def build(func: PrimFunc | Model, target: str | Target | None = "llvm",
         return _build_model(func, resolved, context)
     if context is not None and not func.attr("lowered"):
         scheduled = context.lookup(func, resolved)
+        if scheduled is None and resolved.kind == "llvm":
+            # No usable record: the default schedule, as the context's warning says and as a
+            # model's functions get, rather than the plain loop nest.
+            scheduled = default_schedule(func, resolved)
         if scheduled is not None:
             func = scheduled
     if resolved.kind == "opencl":

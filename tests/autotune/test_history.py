@@ -69,6 +69,21 @@ def test_missing_record_falls_back_and_warns_once(caplog):
     assert structural_equal(k1.func, k2.func)
 
 
+def test_missing_record_builds_the_default_schedule_not_the_plain_nest():
+    """The fallback is what the warning says: the default schedule (the program the tuner
+    measures first), as a model's functions get it, not the unscheduled loop nest."""
+    from autotune.model_build import default_schedule
+
+    func = ops.matmul(128, 128, 128)
+    with autotune.apply_history_best(Database()):
+        kernel = autotune.build(func, target="llvm")
+    expected = default_schedule(func, autotune.Target("llvm"))
+    assert expected is not None
+    assert structural_equal(kernel.func, lower(expected))
+    assert not structural_equal(kernel.func, lower(func))
+    _run(kernel, 128)
+
+
 def test_strict_mode_raises_naming_the_workload():
     db, _, _ = _db_with_matmul_record()
     with pytest.raises(autotune.MissingRecordError, match="softmax"):
