@@ -111,23 +111,20 @@ def _realize_accesses(rloc: tree.Located, buffer, kind) -> list[tuple]:
     realize: BlockRealize = rloc.node
     blk = realize.block
     mapping = {iv.var: v for iv, v in zip(blk.iter_vars, realize.iter_values)}
-    out = []
+
+    def regions(declared) -> list:
+        """(first, last) index pairs of each declared region of ``buffer``."""
+        return [[(substitute(r.min, mapping),
+                  substitute(binary("-", binary("+", r.min, r.extent), 1), mapping))
+                 for r in region.region] for region in declared if region.buffer is buffer]
+
     if kind == "writes":
-        for w in blk.writes:
-            if w.buffer is buffer:
-                out.append([(substitute(r.min, mapping),
-                             substitute(binary("-", binary("+", r.min, r.extent), 1), mapping))
-                            for r in w.region])
-        return out
+        return regions(blk.writes)
     if collect(blk.body, TensorIntrinCall):
         # NOTE: a tensorized tile's operand load names only the tile's first element; the
         # block's read regions (kept by blockize and tensorize) cover the whole tile.
-        for r in blk.reads:
-            if r.buffer is buffer:
-                out.append([(substitute(g.min, mapping),
-                             substitute(binary("-", binary("+", g.min, g.extent), 1), mapping))
-                            for g in r.region])
-        return out
+        return regions(blk.reads)
+    out = []
     for part in (blk.init, blk.body):
         if part is None:
             continue

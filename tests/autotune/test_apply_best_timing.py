@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import autotune
+from autotune.model_build import default_schedule
 from records import Database, Workload
 from schedules.space import DesignSpace
 from search.simulation import SimulationBuilder
@@ -72,7 +73,7 @@ def test_build_replays_the_best_record_of_a_tuned_database(tuned):
 def test_untuned_workload_builds_its_default_schedule_and_warns_once(tuned, caplog):
     path, _, _ = tuned
     other = ops.matmul(24, 24, 24)  # same operator, another shape: another workload
-    default = autotune.build(other, target="llvm")
+    default = autotune.build(default_schedule(other, autotune.Target("llvm")), target="llvm")
     with caplog.at_level(logging.WARNING, logger="autotune"), \
             autotune.apply_history_best(str(path)) as ctx:
         kernels = [autotune.build(other, target="llvm") for _ in range(3)]
