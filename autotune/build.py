@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import weakref
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -30,6 +31,9 @@ from tensor_ir.func import PrimFunc
 from tensor_ir.intrinsics import libraries_of, load_libraries
 from tensor_ir.lower import lower
 from tensor_ir.target import Target, TargetError
+
+# Argument sets a kernel remembers as checked (an executor calls each kernel with one set).
+_CHECKED_SETS = 8
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,6 +110,9 @@ class Kernel:
             compiled.object_code if compiled is not None else None)
         self._origin = origin
         self._np_dtypes = tuple(np.dtype(p.dtype) for p in self.params)
+        self._written = tuple(i for i, p in enumerate(self.params) if p.written)
+        # Argument sets already checked (see _check): ids of the arrays -> what was checked.
+        self._checked: dict[tuple, tuple] = {}
         self._cfunc = None
         if address is not None:
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.params)))
@@ -124,6 +131,38 @@ class Kernel:
         self._cfunc(*pointers)
 
     def _check(self, arrays: tuple) -> list:
+        """The arrays' data pointers, after checking that they fit the parameters.
+
+        A kernel is usually called again and again with the same arrays (an executor's
+        buffers, a benchmark's operands).  The full check (about 5 us for three arrays, half
+        of it reading data pointers through ``ndarray.ctypes``) runs once per set of array
+        objects; a repeat call re-checks only what can change on an existing ndarray: its
+        shape, strides and dtype (all assignable) and, for written parameters, whether it is
+        writeable.  Its data pointer cannot change while its shape stays (``resize`` changes
+        the shape), and a weak reference tells a reused ``id`` from the same object."""
+        key = tuple(map(id, arrays))
+        known = self._checked.get(key)
+        if known is not None:
+            refs, layouts, pointers = known
+            for ref, a, (shape, strides, dtype) in zip(refs, arrays, layouts):
+                if ref() is not a or a.shape != shape or a.strides != strides \
+                        or a.dtype != dtype:
+                    break
+            else:
+                if all(arrays[i].flags.writeable for i in self._written):
+                    return pointers
+        pointers = self._full_check(arrays)
+        try:
+            refs = tuple(weakref.ref(a) for a in arrays)
+        except TypeError:  # an ndarray subclass without weak references: not remembered
+            return pointers
+        if len(self._checked) >= _CHECKED_SETS:
+            self._checked.clear()
+        self._checked[key] = (refs, tuple((a.shape, a.strides, a.dtype) for a in arrays),
+                              pointers)
+        return pointers
+
+    def _full_check(self, arrays: tuple) -> list:
         params = self.params
         if len(arrays) != len(params):
             names = ", ".join(p.name for p in params)

@@ -227,3 +227,42 @@ def test_cross_compiled_objects_are_elf_files_of_their_machine(spec, machine, tm
 def test_build_rejects_non_function():
     with pytest.raises(BuildError, match="build takes a PrimFunc"):
         build("matmul")
+
+
+def test_repeat_calls_skip_the_full_check_but_still_catch_what_changed():
+    """A kernel remembers argument sets it has checked; a repeat call re-checks only what can
+    change on an existing array, and new arrays (even at a reused id) are checked in full."""
+    kernel = build(_matmul())
+    a, b, c = _arrays()
+    kernel(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    a[...] = 2.0
+    kernel(a, b, c)  # the remembered set: the same pointers, the new values
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    assert len(kernel._checked) == 1
+    # Fresh arrays every call (ids may be reused after collection): each result lands in its
+    # own output array.
+    for seed in range(20):
+        x = np.full((8, 5), float(seed), np.float32)
+        y = np.ones((5, 6), np.float32)
+        out = np.zeros((8, 6), np.float32)
+        kernel(x, y, out)
+        assert np.all(out == 5.0 * seed)
+    assert len(kernel._checked) <= 8
+    # What an existing array can change is caught on the remembered set.
+    kernel(a, b, c)
+    c.flags.writeable = False
+    with pytest.raises(BuildError, match="read-only"):
+        kernel(a, b, c)
+    c.flags.writeable = True
+    a.shape = (5, 8)
+    with pytest.raises(BuildError, match="expects shape"):
+        kernel(a, b, c)
+    a.shape = (8, 5)
+    kernel(a, b, c)
+    b.dtype = np.int32  # a view of the same bytes as another dtype
+    with pytest.raises(BuildError, match="expects dtype"):
+        kernel(a, b, c)
+    b.dtype = np.float32
+    kernel(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
