@@ -39,6 +39,7 @@ __all__ = [
     "MeasureInput",
     "MeasureResult",
     "Runner",
+    "SequentialRunner",
     "check_lengths",
     "measure",
     "remove_artifacts",
@@ -302,6 +303,39 @@ class Runner(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+class SequentialRunner(Runner):
+    """A runner that keeps each workload's best time (seeded from earlier runs, lowered by
+    its own measurements) and, unless it overrides ``run``, measures a batch one candidate at
+    a time through ``_run_one``.  The local, Ray and accelerator runners share it."""
+
+    def __init__(self):
+        self._best: dict[str, float] = {}
+        self._closed = False
+
+    def best(self, workload_key: str) -> float | None:
+        """Best checked median (seconds per call) known for the workload."""
+        return self._best.get(workload_key)
+
+    def seed_best(self, workload_key: str, seconds: float) -> None:
+        """Make a best known from earlier (a database of a previous run) count: the
+        slow-candidate rule applies at once, and only faster candidates are then checked."""
+        if not seconds > 0:
+            raise ValueError(f"seed_best: seconds must be > 0, got {seconds!r}")
+        current = self._best.get(workload_key)
+        if current is None or seconds < current:
+            self._best[workload_key] = float(seconds)
+
+    def run(self, inputs: Sequence[MeasureInput],
+            builds: Sequence[BuildResult]) -> list[MeasureResult]:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__}.run called after close()")
+        check_lengths(inputs, builds)
+        return [self._run_one(inp, b) for inp, b in zip(inputs, builds)]
+
+    def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
+        raise NotImplementedError(f"{type(self).__name__} measures batches in its own run()")
 
 
 def measure(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput],

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,8 +37,7 @@ from search.measure import (
     MeasureConfig,
     MeasureInput,
     MeasureResult,
-    Runner,
-    check_lengths,
+    SequentialRunner,
 )
 from tensor_ir.errors import TensorIRError
 
@@ -60,7 +58,7 @@ def cycles_of(seconds: float, accelerator: Accelerator = DEFAULT_ACCELERATOR) ->
     return round(seconds * accelerator.clock_hz)
 
 
-class AcceleratorRunner(Runner):
+class AcceleratorRunner(SequentialRunner):
     """Simulated cycles of candidates on ``accelerator`` (see the module text).
 
     ``config``: the check mode and time-out are read from it (default: check "best", 10 s);
@@ -76,27 +74,14 @@ class AcceleratorRunner(Runner):
         if not isinstance(accelerator, Accelerator):
             raise AcceleratorError(f"AcceleratorRunner: accelerator must be an Accelerator, "
                                    f"got {type(accelerator).__name__}")
+        super().__init__()
         self.accelerator = accelerator
         self.config = config or MeasureConfig(number=1, repeat=1, min_repeat_ms=0.0)
         self.library = functional_model(cache_dir, compiler)
         self.reference_timeout = float(reference_timeout)
         self._worker = WorkerProcess(f"{__name__}:handle_request", "autotune-accel")
-        self._best: dict[str, float] = {}
         self.reports: dict[str, CycleReport] = {}
         self.runs = 0  # programs actually executed (checked) by the functional model
-        self._closed = False
-
-    def seed_best(self, workload_key: str, seconds: float) -> None:
-        current = self._best.get(workload_key)
-        if seconds > 0 and (current is None or seconds < current):
-            self._best[workload_key] = float(seconds)
-
-    def run(self, inputs: Sequence[MeasureInput],
-            builds: Sequence[BuildResult]) -> list[MeasureResult]:
-        if self._closed:
-            raise RuntimeError("AcceleratorRunner.run called after close()")
-        check_lengths(inputs, builds)
-        return [self._run_one(inp, b) for inp, b in zip(inputs, builds)]
 
     def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
         start = time.perf_counter()

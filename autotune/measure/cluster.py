@@ -73,7 +73,7 @@ from search.measure import (
     MeasureConfig,
     MeasureInput,
     MeasureResult,
-    Runner,
+    SequentialRunner,
     check_lengths,
 )
 from tensor_ir.func import PrimFunc
@@ -337,7 +337,7 @@ class _Actor:
             self.workloads = set()
 
 
-class RayRunner(Runner):
+class RayRunner(SequentialRunner):
     """Measures candidates on the cluster's nodes that hold the target's hardware.
 
     ``resource`` overrides the measure resource derived from each candidate's target (see
@@ -358,6 +358,7 @@ class RayRunner(Runner):
         if not (isinstance(retries, int) and retries >= 0):
             raise ValueError(f"RayRunner: retries must be an int >= 0, got {retries!r}")
         connect(address)
+        super().__init__()
         self.config = config or MeasureConfig()
         self.resource = resource
         self.reference_timeout = float(reference_timeout)
@@ -367,23 +368,11 @@ class RayRunner(Runner):
         self.log = log
         self._actor_class = None
         self._actors: dict[str, list[_Actor]] = {}  # resource -> live actors
-        self._best: dict[str, float] = {}
         self._lock = threading.Lock()
         self.lost_nodes: list[str] = []        # Ray node ids of the actors dropped
         self.measured_on: dict[str, int] = {}  # Ray node id -> candidates measured there
-        self._closed = False
 
     # -- what the tuner asks ----------------------------------------------------------------
-    def best(self, workload_key: str) -> float | None:
-        return self._best.get(workload_key)
-
-    def seed_best(self, workload_key: str, seconds: float) -> None:
-        if not seconds > 0:
-            raise ValueError(f"seed_best: seconds must be > 0, got {seconds!r}")
-        current = self._best.get(workload_key)
-        if current is None or seconds < current:
-            self._best[workload_key] = float(seconds)
-
     def nodes(self) -> list[dict]:
         """The measuring actors in use: host, Ray node id, process id, resource and how many
         candidates each measured."""

@@ -43,8 +43,7 @@ from search.measure import (
     MeasureConfig,
     MeasureInput,
     MeasureResult,
-    Runner,
-    check_lengths,
+    SequentialRunner,
 )
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import BufferStore
@@ -81,7 +80,7 @@ def param_spec(func: PrimFunc) -> list[dict]:
              "written": b in written} for b in func.params]
 
 
-class LocalRunner(Runner):
+class LocalRunner(SequentialRunner):
     """Measures candidates built for this machine, one at a time, in a worker process.
 
     ``config`` is the timing protocol; ``reference_timeout`` bounds computing a workload's
@@ -89,38 +88,17 @@ class LocalRunner(Runner):
     """
 
     def __init__(self, config: MeasureConfig | None = None, reference_timeout: float = 300.0):
+        super().__init__()
         self.config = config or MeasureConfig()
         self.reference_timeout = float(reference_timeout)
         self._worker = WorkerProcess(f"{__name__}:handle_run_request", "autotune-runner")
-        self._best: dict[str, float] = {}
         self._references: dict[str, list | None] = {}
         self._failed_workloads: dict[str, str] = {}
         self._prepared: dict[str, int] = {}  # workload -> worker generation holding it
-        self._closed = False
-
-    def best(self, workload_key: str) -> float | None:
-        """Best checked median (seconds per call) measured for the workload by this runner."""
-        return self._best.get(workload_key)
-
-    def seed_best(self, workload_key: str, seconds: float) -> None:
-        """Make a best known from earlier (a database of a previous run) count: the
-        slow-candidate rule applies at once, and only faster candidates are then checked."""
-        if not seconds > 0:
-            raise ValueError(f"seed_best: seconds must be > 0, got {seconds!r}")
-        current = self._best.get(workload_key)
-        if current is None or seconds < current:
-            self._best[workload_key] = float(seconds)
 
     @property
     def worker_restarts(self) -> int:
         return self._worker.restarts
-
-    def run(self, inputs: Sequence[MeasureInput],
-            builds: Sequence[BuildResult]) -> list[MeasureResult]:
-        if self._closed:
-            raise RuntimeError("LocalRunner.run called after close()")
-        check_lengths(inputs, builds)
-        return [self._run_one(inp, b) for inp, b in zip(inputs, builds)]
 
     def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
         start = time.perf_counter()
