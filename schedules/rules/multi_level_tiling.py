@@ -36,6 +36,7 @@ the tile's arithmetic in one instruction where plain code needs several per elem
 from __future__ import annotations
 
 from tensor_ir.arith import linear_form
+from tensor_ir.expr import BufferLoad
 from tensor_ir.stmt import REDUCE, SPATIAL
 from tensor_ir.target import Target
 from tensor_ir.visitor import uses_var
@@ -44,7 +45,7 @@ from ..errors import ScheduleError
 from ..schedule import Schedule
 from .base import ScheduleRule, try_on_copy
 from .analysis import (
-    block_info, has_data_reuse, is_elementwise_consumer, read_loads, single_store,
+    block_info, has_data_reuse, is_elementwise_consumer, read_loads, single_store, writes_param,
 )
 from .auto_tensorize import finish_tensorized, match, resolve_intrinsics, tile_tensorized
 from .packing import PackPlan, plan_packing
@@ -117,6 +118,11 @@ class MultiLevelTiling(ScheduleRule):
         info = self.applicable(sch, block)
         if info is None:
             return [sch]
+        inlined = _inline_layout_copies(sch, block)
+        if inlined is not sch:
+            sch, info = inlined, self.applicable(inlined, block)
+            if info is None:
+                return [sch]
         if self.intrinsics:
             tensorized = self._tensorized_sketches(sch, block, info)
             if tensorized:
@@ -326,3 +332,28 @@ def _elementwise_consumer(func, block: str) -> str | None:
     producer = tree.find_block(func, block).node.block
     consumer = tree.find_block(func, users[0]).node.block
     return users[0] if is_elementwise_consumer(func, consumer, producer) else None
+
+
+def _inline_layout_copies(sch: Schedule, block: str) -> Schedule:
+    """Inline the producers of ``block`` that only copy a function parameter to a new layout
+    (a transpose or reshape stage: ``value_T[b, h, d, s] = value[b, s, h, d]``), before the
+    block is tiled.  AutoInline inlines them anyway, but it comes to a producer after its
+    consumer: tiled first, the block reads the intermediate, and the packing plan (which
+    packs parameters only) misses the operand whose real layout makes the vector loads
+    gathers.  Inlined first, the block reads the parameter and its transposed operand is
+    packed into panels like any other (the attention-score matmul ``Q K^T``)."""
+    current = sch
+    for name in tree.producers(current.func, block):
+        info = block_info(current.func, name)
+        if info is None or not info.is_spatial or info.block.alloc_buffers:
+            continue
+        store = single_store(info.block)
+        if store is None or not isinstance(store.value, BufferLoad):
+            continue
+        if store.value.buffer not in set(current.func.params) or writes_param(current.func,
+                                                                               info.block):
+            continue
+        done = try_on_copy(current, lambda s, n=name: s.compute_inline(s.get_block(n)))
+        if done is not None:
+            current = done
+    return current

@@ -164,6 +164,37 @@ def test_pack_plans():
     assert plan_packing(conv, blk, spatial[-1], 16) is None  # the weight does not use x
 
 
+def _attention_scores(seq: int = 32, heads: int = 2, dim: int = 8):
+    """O[b, h, i, j] = sum_d Q[b, i, h, d] * K[b, j, h, d] with the transposes as stages of
+    their own (the attention-score batch matmul of the papers' operator table)."""
+    q = te.placeholder((1, seq, heads, dim), "float32", name="query")
+    k = te.placeholder((1, seq, heads, dim), "float32", name="value")
+    q_t = te.compute((1, heads, seq, dim), lambda b, h, s, d: q[b, s, h, d], name="query_T")
+    k_t = te.compute((1, heads, dim, seq), lambda b, h, d, s: k[b, s, h, d], name="value_T")
+    r = te.reduce_axis(dim, "r")
+    out = te.compute((1, heads, seq, seq), lambda b, h, i, j: te.sum(
+        q_t[b, h, i, r] * k_t[b, h, r, j], axis=r), name="C")
+    func = te.create_prim_func([q, k, out], name="attention_scores")
+    return func, lambda a, b: np.einsum("bihd,bjhd->bhij", a, b)
+
+
+def test_multi_level_tiling_packs_an_operand_read_through_a_transpose_stage():
+    # Tiled before AutoInline reaches them, the block read the transposes (intermediates,
+    # which packing leaves alone) and vectorised j over K[b, j, h, d]: a gather.  The rule
+    # inlines such layout copies first, so K itself is packed into panels along j.
+    func, ref = _attention_scores()
+    rule = _init(MultiLevelTiling())
+    out = rule.apply(Schedule(func, seed=1), "C")
+    packed = [s for s in out if "value_pack" in _blocks(s.func)]
+    assert packed, "no sketch packs the transposed operand"
+    for sch in out:
+        assert "value_T" not in _blocks(sch.func) and "query_T" not in _blocks(sch.func)
+        check_interp(sch.func, ref)
+    # AutoInline, reaching the (gone) transpose stages afterwards, leaves the schedule alone.
+    inline = _init(AutoInline())
+    assert inline.apply(packed[0], "value_T") == [packed[0]]
+
+
 def _conv_bias_relu(stride: int, width: int, channels: int = 32):
     """NCHW 3x3 convolution (padding 1) + per-channel bias + relu, as a model's fused task."""
     X = te.placeholder((1, 8, width, width), "float32", name="X")
