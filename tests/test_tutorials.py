@@ -47,7 +47,9 @@ def execute(nb: nbformat.NotebookNode, name: str, cwd: Path) -> float:
                             resources={"metadata": {"path": str(cwd)}})
     start = time.perf_counter()
     number = 0
-    with client.setup_kernel():
+    # The notebooks keep their databases in tempfile.mkdtemp() folders (a reader may look at
+    # them afterwards); under test they go inside ``cwd`` and are removed with it.
+    with client.setup_kernel(env={**os.environ, "TMPDIR": str(cwd)}):
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue

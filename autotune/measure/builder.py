@@ -36,7 +36,7 @@ BUILD_DIR_PREFIX = "autotune-build-"
 OWNER_FILE = "owner.json"
 
 
-def _make_build_dir() -> str:
+def make_build_dir() -> str:
     """A new temporary work directory, marked with the process that owns it."""
     path = tempfile.mkdtemp(prefix=f"{BUILD_DIR_PREFIX}{os.getpid()}-")
     owner = {"pid": os.getpid(), "host": socket.gethostname()}
@@ -119,7 +119,7 @@ class LocalBuilder(Builder):
         self.timeout = float(timeout)
         clean_stale_build_dirs()
         self._own_dir = work_dir is None
-        self.work_dir = _make_build_dir() if work_dir is None else work_dir
+        self.work_dir = make_build_dir() if work_dir is None else work_dir
         os.makedirs(self.work_dir, exist_ok=True)
         self._workers = [WorkerProcess(f"{__name__}:handle_build_request", f"autotune-build-{i}")
                          for i in range(max_workers)]

@@ -60,7 +60,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -79,7 +78,7 @@ from search.measure import (
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
-from .builder import BUILD_DIR_PREFIX, handle_build_request
+from .builder import clean_stale_build_dirs, handle_build_request, make_build_dir
 from .gpu import ARTIFACT_SUFFIX
 
 __all__ = ["RayBuilder", "RayRunner", "connect", "measure_resource", "node_resources"]
@@ -154,7 +153,7 @@ def connect(address: str | None = "auto") -> None:
 def build_to_bytes(func_json: dict, target: str, suffix: str) -> dict:
     """Ray task body: build one candidate as the local builder's workers do, and return its
     artifact's bytes (the tuner's machine keeps them) with the node that built it."""
-    folder = tempfile.mkdtemp(prefix=BUILD_DIR_PREFIX + "ray-")
+    folder = make_build_dir()  # owned: swept by clean_stale_build_dirs if the task is killed
     try:
         path = os.path.join(folder, "candidate" + suffix)
         reply = handle_build_request({"func": func_json, "target": target, "path": path},
@@ -191,7 +190,7 @@ class RayBuilder(Builder):
         self._task = ray.remote(build_to_bytes).options(num_cpus=num_cpus, max_retries=1,
                                                          retry_exceptions=False)
         self._own_dir = work_dir is None
-        self.work_dir = tempfile.mkdtemp(prefix=BUILD_DIR_PREFIX) if work_dir is None \
+        self.work_dir = make_build_dir() if work_dir is None \
             else work_dir
         os.makedirs(self.work_dir, exist_ok=True)
         self._counter = 0
@@ -281,9 +280,9 @@ class Measurer:
     def __init__(self, config: dict, reference_timeout: float):
         from .runner import LocalRunner
 
+        clean_stale_build_dirs()  # those of actors and build tasks killed on this node
         self._runner = LocalRunner(MeasureConfig(**config), reference_timeout)
         self._references: dict[str, PrimFunc | None] = {}
-        self._folder = tempfile.mkdtemp(prefix=BUILD_DIR_PREFIX + "ray-run-")
         self._fingerprints: dict[str, dict] = {}
 
     def info(self) -> dict:
@@ -301,15 +300,17 @@ class Measurer:
             self._runner.seed_best(key, request["best"])
         inp = MeasureInput(PrimFunc.from_json(request["func"]), target, key,
                            reference=self._references.get(key))
-        path = os.path.join(self._folder, "candidate" + request["suffix"])
-        with open(path, "wb") as f:
-            f.write(request["artifact"])
+        # A folder per candidate, marked with this process: the cluster ends actors with
+        # ray.kill (no close() runs), and the next builder or actor on the node sweeps it.
+        folder = make_build_dir()
         try:
+            path = os.path.join(folder, "candidate" + request["suffix"])
+            with open(path, "wb") as f:
+                f.write(request["artifact"])
             result = self._runner.run([inp], [BuildResult(path, None,
                                                           request["build_seconds"])])[0]
         finally:
-            with contextlib.suppress(OSError):
-                os.remove(path)
+            shutil.rmtree(folder, ignore_errors=True)
         if target not in self._fingerprints:
             self._fingerprints[target] = target_fingerprint(target)
         reply = result.to_json()
@@ -320,7 +321,6 @@ class Measurer:
 
     def close(self) -> None:
         self._runner.close()
-        shutil.rmtree(self._folder, ignore_errors=True)
 
 
 @dataclass
