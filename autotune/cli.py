@@ -4,6 +4,7 @@
     tune-model model.onnx --target "llvm -num-cores 2" --time-budget 8h --db tuning.db
     tune-model resnet18 --db tuning.db --until 07:30        # plan the run to end by then
     tune-model resnet18 --db tuning.db                      # again: resumes where it stopped
+    tune-model resnet50 --db tuning.db --cost-model-file model.json   # a pre-trained model
     tune-model report --db tuning.db [--model resnet18] [--report report/]
 
 MODEL is a zoo name (resnet18, resnet50, mobilenet_v2, bert_base_layer; ``--option
@@ -85,8 +86,15 @@ def _tune_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default="evolutionary", choices=search.kinds(),
                    metavar="KIND",
                    help="search strategy kind: %(choices)s (default: evolutionary)")
-    p.add_argument("--cost-model", default="xgb", choices=cost_models.kinds(), metavar="KIND",
-                   help="cost model kind: %(choices)s (default: xgb)")
+    models = p.add_mutually_exclusive_group()
+    # NOTE: the default is None, not "xgb": argparse tells a given option from a default one
+    # by identity, so "--cost-model xgb --cost-model-file F" would otherwise pass unnoticed.
+    models.add_argument("--cost-model", default=None, choices=cost_models.kinds(),
+                        metavar="KIND", help="cost model kind: %(choices)s (default: xgb)")
+    models.add_argument("--cost-model-file", default=None, metavar="FILE",
+                        help="start every task from this saved, pre-trained cost model "
+                             "(python -m cost_models pretrain writes one); it is read, never "
+                             "written")
     p.add_argument("--batch-size", type=int, default=16, help="trials per measured batch")
     p.add_argument("--patience", type=int, default=None,
                    help="trials without improvement after which a task stops "
@@ -353,6 +361,12 @@ def _tune(argv) -> int:
             _check_output_file("--log-file", args.log_file)
         if args.report:
             _check_output_dir("--report", args.report)
+        cost_model = args.cost_model or "xgb"
+        if args.cost_model_file is not None:
+            import cost_models
+
+            # Read once, up front: a missing or foreign file is a usage error, before tuning.
+            cost_model = cost_models.load(args.cost_model_file)
         model = autotune.load_model(args.model, input_shapes, **model_options)
         progress = Progress(sys.stderr, model=model.name,
                             live=False if args.no_live else None, log_file=args.log_file)
@@ -382,7 +396,7 @@ def _tune(argv) -> int:
                 result = autotune.tune_model(
                     model, target, trials=args.trials, database=args.db,
                     time_budget=time_budget, deadline=deadline, policy=args.policy,
-                    strategy=args.strategy, cost_model=args.cost_model,
+                    strategy=args.strategy, cost_model=cost_model,
                     batch_size=args.batch_size, seed=args.seed, num_workers=args.num_workers,
                     measure_config=config, builder=builder, runner=runner,
                     patience=args.patience,

@@ -102,8 +102,8 @@ class TuneResult:
 def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
          database: str | os.PathLike | Database | None = None, *,
          strategy: str | search.SearchStrategy = "evolutionary",
-         cost_model: str | cost_models.CostModel = "xgb", batch_size: int = 16, seed: int = 0,
-         measure_config: MeasureConfig | None = None, builder=None, runner=None,
+         cost_model: str | os.PathLike | cost_models.CostModel = "xgb", batch_size: int = 16,
+         seed: int = 0, measure_config: MeasureConfig | None = None, builder=None, runner=None,
          space: DesignSpace | None = None, remeasure_top: int = 3, remeasure_rounds: int = 3,
          warm_start: int = 64, top_up: bool = True, log=True, heldout: int = 0) -> TuneResult:
     """Tune ``func`` for ``target`` until ``trials`` candidates are measured.
@@ -115,7 +115,10 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
 
     ``database``: a file path (opened, created if needed, closed at the end), a
     records.Database, or None (an in-memory one: nothing is kept).  ``strategy`` and
-    ``cost_model``: a registered kind or an instance (kinds are created with ``seed``).
+    ``cost_model``: a registered kind or an instance (kinds are created with ``seed``);
+    ``cost_model`` may also be the path of a saved model (``cost_models.pretrain`` writes one
+    from another database's records): loaded, it ranks candidates from the first batch and
+    is retrained with this run's measurements in memory; the file is never written.
     ``batch_size``: candidates per measured batch.  ``measure_config``: the runner's timing
     protocol (when no ``runner`` is given) and what is stored with each record.
     ``builder``/``runner``: measurement back-ends (default LocalBuilder / LocalRunner, closed
@@ -145,8 +148,8 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         raise TuneError("autotune.tune: space must be a DesignSpace made from the same func")
     strategy = search.create(strategy, seed=seed) if isinstance(strategy, str) \
         else search.create(strategy)
-    cost_model = cost_models.create(cost_model, seed=seed) if isinstance(cost_model, str) \
-        else cost_models.create(cost_model)
+    # A kind, a CostModel, or a saved model's file: a pre-trained model ranks from trial 0.
+    cost_model = cost_models.from_spec(cost_model, seed=seed)
 
     # 2. Open what is ours to open (and close it, whatever happens).
     with measurement(database, builder, runner, config, "autotune.tune") as opened:

@@ -13,7 +13,9 @@ latency the most; "round-robin" as the simple alternative), running one tuning l
 (search.TuningLoop, the loop of ``autotune.tune``) on shared builder and runner processes,
 each task with its own cost model.  (``share_cost_model=True`` gives all tasks one model, as
 Ansor does; each task's loop then retrains it on every task's data, which costs seconds per
-batch once thousands of records have accumulated, so it is not the default.)
+batch once thousands of records have accumulated, so it is not the default.)  A pre-trained
+model (``cost_model="model.json"``, from ``python -m cost_models pretrain``) seeds every task:
+each starts from its own copy and ranks from the first batch.
 
 ``trials`` is the model's total: records stored in the database for the model's tasks on this
 target count, so a run stopped early and started again ends with the same total and never
@@ -155,7 +157,8 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                database: str | os.PathLike | Database | None = None, *,
                time_budget: float | str | None = None, deadline: float | None = None,
                policy: str = "gradient", strategy: str = "evolutionary",
-               cost_model: str = "xgb", share_cost_model: bool = False, batch_size: int = 16,
+               cost_model: str | os.PathLike | cost_models.CostModel = "xgb",
+               share_cost_model: bool = False, batch_size: int = 16,
                seed: int = 0, num_workers: int | None = None,
                measure_config: MeasureConfig | None = None, builder=None, runner=None,
                patience: int | None = None, remeasure_top: int = 3, remeasure_rounds: int = 3,
@@ -168,8 +171,11 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
 
     ``trials``: the model's total budget (default: 64 per task unless a time limit is
     given).  ``policy``: "gradient" or "round-robin".  ``strategy``/``cost_model``: kinds as
-    in ``autotune.tune``; ``share_cost_model``: one model for all tasks (see the module
-    text).  ``num_workers``: build processes.  ``builder``/``runner``: measurement back-ends
+    in ``autotune.tune``; ``cost_model`` may also be a saved model's path or a CostModel
+    instance (a pre-trained model): every task then starts from a copy of it (all tasks from
+    the one model with ``share_cost_model``), and the file is never written.
+    ``share_cost_model``: one model for all tasks (see the module text).  ``num_workers``:
+    build processes.  ``builder``/``runner``: measurement back-ends
     (defaults are made and closed here).  ``patience``: trials without improvement after
     which a task stops.
     ``listener(event, scheduler, task)`` and ``should_stop()``: see search.TaskScheduler
@@ -206,9 +212,12 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         trials = DEFAULT_TRIALS_PER_TASK * len(tasks)
     # Unknown kinds fail here, before any task is set aside for them.
     search.create(strategy, seed=seed)
-    shared_model = cost_models.create(cost_model, seed=seed)
-    if not share_cost_model:
-        shared_model = None
+    # A kind is created per task with the task's seed; a saved (pre-trained) model is read
+    # once here and each task gets its own copy, so what one task's measurements teach it
+    # stays with that task, as with a fresh model per task.
+    start_model = cost_models.from_spec(cost_model, seed=seed)
+    by_kind = isinstance(cost_model, str) and cost_model in cost_models.kinds()
+    shared_model = start_model if share_cost_model else None
 
     # 2. What is ours to open is closed at the end, whatever happens.
     with measurement(database, builder, runner, config, "tune_model",
@@ -218,8 +227,12 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
 
         def make_loop(task: SchedulerTask) -> search.TuningLoop:
             task_seed = seed * 1_000_003 + index[task.key]
-            model = shared_model if shared_model is not None else \
-                cost_models.create(cost_model, seed=task_seed)
+            if shared_model is not None:
+                model = shared_model
+            elif by_kind:
+                model = cost_models.create(cost_model, seed=task_seed)
+            else:
+                model = copy.deepcopy(start_model)
             return tuning_loop(task.func, target, db, builder, runner, settings,
                                search.create(strategy, seed=task_seed), model,
                                measure_config=config, log=log)

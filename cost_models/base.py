@@ -213,6 +213,14 @@ class CostModel(abc.ABC):
     def load(self, path: str | os.PathLike) -> None:
         """Replace this model's state by the one saved at ``path``."""
 
+    @property
+    def is_trained(self) -> bool:
+        """Whether ``predict`` orders candidates by something learned.  Search ranks by the
+        scores only then: a model pre-trained on other workloads is trained before the first
+        measurement of a new task.  False unless a model says otherwise (a random model
+        never does)."""
+        return False
+
 
 _REGISTRY: dict[str, Callable[..., CostModel]] = {}
 

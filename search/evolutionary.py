@@ -13,8 +13,10 @@ One batch (``propose(count)``), after the first:
    ``n_random = eps_greedy * count`` (at least one) of this batch's fresh random samples:
    the epsilon-greedy share keeps the model honest where it has seen nothing.
 
-The first batch, before anything is measured, is random samples alone (an untrained model
-has no order to select by).  Sizes default to multiples of the batch so the work per trial
+The first batch, before anything is measured, is random samples alone when the model is
+untrained (it has no order to select by); a model trained before the run (``is_trained``: one
+pre-trained on other workloads) selects it from a full population of random samples and their
+mutants instead.  Sizes default to multiples of the batch so the work per trial
 stays constant: a modest population (3x the batch) and two generations cost about 2.5
 replays per proposed candidate, cached across batches (see :class:`~search.pool.CandidatePool`).
 Every random choice comes from the strategy's seeded generator, so a fixed seed (and a
@@ -94,21 +96,27 @@ class EvolutionarySearch(SearchStrategy):
         pool = self._require_pool()
         if count == 0:
             return []
-        if not self.best_measured(1):
+        measured = bool(self.best_measured(1))
+        if not measured and not self.model.is_trained:
             batch = self._random_new(count, set(), self.max_failures)
             for c in batch:
                 c.origin = "random"
             return batch
 
         # 1. Drop what was measured since, top up with fresh random samples.
+        size = self.population_size or 3 * count
+        mutants = self.mutants or count
         self.population = {h: c for h, c in self.population.items() if pool.is_new(c)}
         n_fresh = max(1, math.ceil(self.random_fraction * count))
+        if not measured:
+            # A model trained before this task (pre-trained on other workloads) ranks from
+            # the first batch; with no elites to mutate yet, it picks from a whole population
+            # of random programs.
+            n_fresh = max(n_fresh, size - len(self.population))
         fresh = self._random_new(n_fresh, set(self.population), self.max_failures)
         for c in fresh:
             c.origin = "random"
             self.population[c.program_hash] = c
-        size = self.population_size or 3 * count
-        mutants = self.mutants or count
 
         # 2. Generations of mutation and truncation selection by predicted score.
         for _ in range(self.generations):

@@ -260,6 +260,9 @@ class TuningLoop:
             result.exhausted = True
             return []
         scores = self.pool.score(self.model, batch)
+        # Held-out predictions count once the model has learned something: from this run, or
+        # before it (a pre-trained model is judged from the first batch).
+        informed = bool(self._trained_rows) or self.model.is_trained
         # 3. Build and run.
         measured = self._measure(batch)
         result.kernel_seconds += sum(r.kernel_seconds for r in measured)
@@ -272,7 +275,7 @@ class TuningLoop:
         for c, s in zip(batch, seconds):
             self.pool.mark_measured(c, s)
         self.strategy.notify(batch, seconds)
-        if self._trained_rows:
+        if informed:
             self._predictions.append((scores, np.asarray(seconds), self._batches))
         # 5. Retrain (deferred; see the module text).
         self._pending.extend(zip(batch, seconds))
