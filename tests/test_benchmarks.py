@@ -109,3 +109,53 @@ def test_gpu_kernels_prints_json_with_checked_schedules():
     assert list(doc["schedules"]) == cases
     for entry in doc["schedules"].values():
         assert entry["correct"] and entry["kernel_ms"] > 0 and entry["reference_ms"] > 0
+
+
+@pytest.mark.parametrize("name", ["C1D", "C2D", "C3D", "GMM", "GRP", "DIL", "DEP", "T2D", "CAP",
+                                  "NRM", "SFM", "CBR", "TBG"])
+def test_op_table_default_programs_equal_their_numpy_references(name):
+    from benchmarks.op_table import check_default
+
+    row = check_default(name)
+    assert row["ok"], row
+
+
+def test_op_table_references_agree_with_the_operator_library():
+    # The table's own numpy references (windows + einsum) against the library's, where the
+    # library has the operator: a wrong reference would pass a wrong kernel.
+    import numpy as np
+
+    from benchmarks.op_table import make, random_inputs
+    from tensor_ir import ops
+
+    for name, groups, dilation in (("C2D", 1, 1), ("GRP", 4, 1), ("DIL", 1, 2)):
+        w = make(name)
+        x, k = random_inputs(w)
+        stride = {"C2D": 2, "GRP": 2, "DIL": 1}[name]
+        pad = {"C2D": 3, "GRP": 1, "DIL": 1}[name]
+        want = ops.ref_conv2d_nhwc(x.astype("float64"), k.astype("float64"), stride, pad,
+                                   dilation, groups)
+        np.testing.assert_allclose(w.reference(x, k), want, rtol=1e-9, atol=1e-9)
+    w = make("T2D")
+    x, k = random_inputs(w)
+    want = ops.ref_conv2d_transpose_nchw(np.transpose(x, (0, 3, 1, 2)).astype("float64"),
+                                         np.transpose(k, (2, 3, 0, 1)).astype("float64"),
+                                         stride=2, padding=1)
+    np.testing.assert_allclose(w.reference(x, k), np.transpose(want, (0, 2, 3, 1)),
+                               rtol=1e-9, atol=1e-9)
+
+
+def test_search_efficiency_table_prints_ratios_against_tvm(tmp_path):
+    from benchmarks import search_efficiency
+
+    tvm = tmp_path / "tvm.json"
+    tvm.write_text(json.dumps({"results": [{"workload": "DEP#0", "remeasured_ms": 0.05}]}))
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert search_efficiency.main(["table", "--only", "DEP", "--trials", "4",
+                                       "--tvm", str(tvm)]) == 0
+    doc = json.loads(buf.getvalue())
+    (row,) = doc["rows"]
+    assert row["workload"] == "DEP#0" and row["correct"] and row["trials"] == 4
+    assert row["speedup_vs_tvm"] == pytest.approx(0.05 / row["ours_ms"], rel=1e-2)
+    assert doc["geomean_speedup_vs_tvm"] == pytest.approx(row["speedup_vs_tvm"], rel=1e-3)

@@ -1,0 +1,291 @@
+"""How few trials the search needs: the papers' operator table against TVM, strategies side by
+side, and cost models transferred from other workloads.
+
+    python -m benchmarks.search_efficiency table [--only TBG,GMM] [--trials 64]
+                                                 [--tvm ../shared/anchors/tvm_table_t64.json]
+    python -m benchmarks.search_efficiency strategies [--workloads matmul_1024,conv2d]
+                                                 [--trials 64] [--seeds 0,1,2]
+                                                 [--strategies evolutionary,optuna,random]
+    python -m benchmarks.search_efficiency transfer --pretrain-db r18.db [--models resnet50,...]
+
+Each prints one JSON document on stdout (progress on stderr).
+
+``table``: each operator of benchmarks/op_table.py tuned with our default strategy and
+``--trials`` trials (seed 0, fresh in-memory database); the best program rebuilt and compared
+with numpy (``correct``); its time is the tuner's re-measured median (a native timing loop,
+no Python per call).  ``tvm_ms`` is TVM MetaSchedule's time for the same computation and
+budget from ``--tvm`` (the JSON that ``../shared/anchors/tvm_table.py`` writes; run it on the
+same machine just before, as the machine's speed drifts from day to day): ``speedup_vs_tvm``
+= tvm_ms / ours_ms (above 1: we are faster), with their geometric mean.
+
+``strategies``: evolutionary, Optuna (TPE) and random search on the same workloads, seeds and
+budget; per run the best-so-far curve (ms after each trial, as the run measured it) and its
+value after 64 and ``--trials`` trials; per workload and budget the median over seeds and
+which strategy is ahead.
+
+``transfer``: a cost model pre-trained on one model's records (``--pretrain-db``), tasks of
+other models tuned from a cold model and from it, side by side (see ``transfer_main``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+DEFAULT_TVM = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "anchors",
+                           "tvm_table_t64.json")
+STRATEGY_WORKLOADS = ("matmul_1024", "conv2d", "depthwise_conv2d", "softmax")
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _geomean(values) -> float | None:
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _tvm_times(path: str) -> dict[str, float]:
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        doc = json.load(f)
+    return {row["workload"]: row["remeasured_ms"] for row in doc.get("results", [])
+            if "remeasured_ms" in row}
+
+
+def check_best(w, best_func) -> float:
+    """Relative max error of ``best_func`` against the workload's numpy reference."""
+    import numpy as np
+
+    import autotune
+    from benchmarks.op_table import random_inputs
+
+    kernel = autotune.build(best_func, "llvm")
+    inputs = random_inputs(w, seed=1)
+    out_buf = best_func.params[-1]
+    out = np.zeros(tuple(out_buf.const_shape), dtype=out_buf.dtype)
+    kernel(*inputs, out)
+    ref = w.reference(*inputs)
+    return float(np.max(np.abs(out - ref)) / (np.max(np.abs(ref)) + 1e-30))
+
+
+def table_main(args) -> dict:
+    import autotune
+    from benchmarks.op_table import TABLE, TVM_INDEX, make
+
+    names = [n for n in TABLE if not args.only or n in args.only.split(",")]
+    tvm = _tvm_times(args.tvm)
+    rows = []
+    for name in names:
+        w = make(name)
+        t0 = time.perf_counter()
+        r = autotune.tune(w.func, "llvm", trials=args.trials, seed=args.seed, log=False)
+        wall = time.perf_counter() - t0
+        ours_ms = r.best_time * 1e3
+        err = check_best(w, r.best_schedule.func) if r.best_schedule is not None else math.inf
+        tol = 1e-3 if name == "NRM" else 1e-4  # NRM: a float32 sum of a million squares
+        key = f"{name}#{TVM_INDEX[name]}"
+        tvm_ms = tvm.get(key)
+        best = [t.best_seconds for t in r.history]
+        final = min(best) if best else math.inf
+        reach = next((t.index for t in r.history if t.best_seconds <= final / 0.9), None)
+        row = {"workload": key, "what": w.what, "trials": r.trials, "ours_ms": round(ours_ms, 4),
+               "gflops": round(w.flops / r.best_time / 1e9, 1) if r.best_time else None,
+               "tvm_ms": tvm_ms,
+               "speedup_vs_tvm": round(tvm_ms / ours_ms, 3) if tvm_ms else None,
+               "correct": err < tol, "rel_err": err, "spread": r.best_spread,
+               "trial_reaching_90pct": reach, "trials_per_minute": round(r.trials_per_minute, 1),
+               "wall_s": round(wall, 1)}
+        _log(json.dumps(row))
+        rows.append(row)
+    ratios = [r["speedup_vs_tvm"] for r in rows if r["speedup_vs_tvm"]]
+    return {"benchmark": "search_efficiency.table", "trials": args.trials, "seed": args.seed,
+            "tvm_source": os.path.basename(args.tvm) if tvm else None, "rows": rows,
+            "all_correct": all(r["correct"] for r in rows),
+            "geomean_speedup_vs_tvm": round(_geomean(ratios), 3) if ratios else None,
+            "slowest_vs_tvm": min(ratios) if ratios else None}
+
+
+def strategies_main(args) -> dict:
+    import autotune
+    from benchmarks.tune_ops import make_workload
+
+    strategies = args.strategies.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    budgets = sorted({min(64, args.trials), args.trials})
+    out = {}
+    for name in args.workloads.split(","):
+        func, _, _ = make_workload(name)
+        runs = []
+        for strategy in strategies:
+            for seed in seeds:
+                t0 = time.perf_counter()
+                r = autotune.tune(func, "llvm", trials=args.trials, strategy=strategy, seed=seed,
+                                  remeasure_top=0, log=False)
+                curve = []
+                best = math.inf
+                for t in r.history:  # the run's own best-so-far, trial by trial
+                    best = min(best, t.seconds)
+                    curve.append(round(best * 1e3, 4) if math.isfinite(best) else None)
+                run = {"strategy": strategy, "seed": seed,
+                       "best_ms_after": {str(n): curve[n - 1] if len(curve) >= n else None
+                                         for n in budgets},
+                       "errors": sum(1 for t in r.history if t.error_kind),
+                       "wall_s": round(time.perf_counter() - t0, 1), "curve_ms": curve}
+                _log(json.dumps({"workload": name, **{k: v for k, v in run.items()
+                                                      if k != "curve_ms"}}))
+                runs.append(run)
+        summary = {}
+        for n in budgets:
+            med = {}
+            for strategy in strategies:
+                vals = [r["best_ms_after"][str(n)] for r in runs if r["strategy"] == strategy]
+                vals = [v for v in vals if v is not None]
+                med[strategy] = round(statistics.median(vals), 4) if vals else None
+            ranked = sorted((v, s) for s, v in med.items() if v is not None)
+            summary[str(n)] = {"median_best_ms": med, "fastest": ranked[0][1] if ranked else None}
+            if "optuna" in med and "random" in med and med["optuna"] and med["random"]:
+                summary[str(n)]["optuna_beats_random"] = med["optuna"] < med["random"]
+        out[name] = {"summary": summary, "runs": runs}
+    beats = [v["summary"][str(min(budgets))].get("optuna_beats_random") for v in out.values()]
+    return {"benchmark": "search_efficiency.strategies", "trials": args.trials, "seeds": seeds,
+            "workloads": out,
+            "optuna_beats_random_at_64": sum(1 for b in beats if b),
+            "of": len(beats)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.search_efficiency",
+                                 description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("table", help="the papers' operator table against TVM")
+    t.add_argument("--only", default="", help="comma-separated class names (C2D,TBG,...)")
+    t.add_argument("--trials", type=int, default=64)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--tvm", default=DEFAULT_TVM, help="TVM's table JSON (tvm_table.py --out)")
+    s = sub.add_parser("strategies", help="evolutionary vs Optuna vs random")
+    s.add_argument("--workloads", default=",".join(STRATEGY_WORKLOADS))
+    s.add_argument("--trials", type=int, default=64)
+    s.add_argument("--seeds", default="0,1,2")
+    s.add_argument("--strategies", default="evolutionary,optuna,random")
+    x = sub.add_parser("transfer", help="pre-trained cost models on new models' tasks")
+    add_transfer_args(x)
+    args = ap.parse_args(argv)
+    from benchmarks.common import environment
+
+    doc = {"table": table_main, "strategies": strategies_main,
+           "transfer": transfer_main}[args.what](args)
+    doc["environment"] = environment()
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+def add_transfer_args(ap) -> None:
+    ap.add_argument("--pretrain-db", required=True,
+                    help="database of the source model's records (tuned with tune-model)")
+    ap.add_argument("--models", default="resnet50,mobilenet_v2",
+                    help="zoo models whose tasks are tuned cold and warm")
+    ap.add_argument("--tasks-per-model", type=int, default=3,
+                    help="the heaviest tasks (FLOPs x occurrences) absent from the source")
+    ap.add_argument("--trials", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--folds", type=int, default=5)
+
+
+def _curve(history) -> list[float]:
+    best, out = math.inf, []
+    for t in history:
+        best = min(best, t.seconds)
+        out.append(best)
+    return out
+
+
+def _reaching(curve: list[float], target: float) -> int | None:
+    """First trial (1-based) whose best-so-far is within 90% of ``target``'s speed."""
+    return next((i + 1 for i, v in enumerate(curve) if v <= target / 0.9), None)
+
+
+def transfer_main(args) -> dict:
+    """Pre-train a cost model on the source database (a model's tuning records, e.g. ResNet-18),
+    then tune the heaviest tasks of other models twice with the same seed and budget: from a
+    cold model and from the pre-trained one.  Per task: each run's best after 64 and --trials
+    trials, the trials each needs to reach 90% of the cold run's final best (its own quality
+    bar) and the model's ranking accuracy on each batch before training on it (pooled over
+    the run: for the warm run, the transferred model's accuracy on a workload it never saw).
+    The source's held-out ranking (cost_models.evaluate, workloads held out by GroupKFold) is
+    reported beside it.  Tasks whose workload is in the source database are skipped: that
+    would be recall, not transfer."""
+    import tempfile
+
+    import autotune
+    import cost_models
+    from autotune.frontends import get_model
+    from autotune.graph.tasks import extract_tasks
+    from records import Database
+
+    with Database(args.pretrain_db, readonly=True) as db:
+        source_keys = {w.key for w in db.workloads()}
+        source_records = db.count()
+    folder = tempfile.mkdtemp(prefix="transfer-")
+    model_path = os.path.join(folder, "pretrained.json")
+    t0 = time.perf_counter()
+    cost_models.pretrain(args.pretrain_db, out=model_path, target="llvm", seed=args.seed)
+    pretrain_s = time.perf_counter() - t0
+    heldout = cost_models.evaluate(args.pretrain_db, folds=args.folds, seed=args.seed,
+                                   target="llvm")
+    rows = []
+    for model_name in args.models.split(","):
+        tasks = [t for t in extract_tasks(get_model(model_name)) if t.key not in source_keys]
+        tasks.sort(key=lambda t: -t.flops * t.weight)
+        for task in tasks[:args.tasks_per_model]:
+            runs = {}
+            for mode, spec in (("cold", "xgb"), ("warm", model_path)):
+                t1 = time.perf_counter()
+                r = autotune.tune(task.func, "llvm", trials=args.trials, seed=args.seed,
+                                  cost_model=spec, remeasure_top=0, log=False)
+                runs[mode] = (r, _curve(r.history), time.perf_counter() - t1)
+            final = runs["cold"][1][-1]
+            row = {"model": model_name, "task": task.name, "workload": task.key[:12],
+                   "gflop": round(task.flops / 1e9, 3), "weight": task.weight}
+            for mode, (r, curve, wall) in runs.items():
+                row[mode] = {
+                    "best_ms_after": {str(n): round(curve[n - 1] * 1e3, 4)
+                                      for n in sorted({64, args.trials}) if len(curve) >= n},
+                    "trials_to_90pct_of_cold_best": _reaching(curve, final),
+                    "model_accuracy": round(r.model_accuracy, 3)
+                    if math.isfinite(r.model_accuracy) else None,
+                    "wall_s": round(wall, 1)}
+            cold_n = row["cold"]["trials_to_90pct_of_cold_best"]
+            warm_n = row["warm"]["trials_to_90pct_of_cold_best"]
+            row["warm_over_cold_trials"] = round(warm_n / cold_n, 3) if cold_n and warm_n \
+                else None
+            c64, w64 = (row[m]["best_ms_after"].get("64") for m in ("cold", "warm"))
+            row["warm_64_speedup"] = round(c64 / w64, 3) if c64 and w64 else None
+            _log(json.dumps(row))
+            rows.append(row)
+    ratios = [r["warm_over_cold_trials"] for r in rows if r["warm_over_cold_trials"]]
+    speedups = [r["warm_64_speedup"] for r in rows if r["warm_64_speedup"]]
+    return {"benchmark": "search_efficiency.transfer", "trials": args.trials,
+            "seed": args.seed, "source": {"records": source_records,
+                                          "workloads": len(source_keys),
+                                          "pretrain_s": round(pretrain_s, 1),
+                                          "heldout_ranking": heldout.get("pooled")},
+            "tasks": rows,
+            "median_warm_over_cold_trials_to_90pct":
+                statistics.median(ratios) if ratios else None,
+            "geomean_warm_speedup_at_64": round(_geomean(speedups), 3) if speedups else None,
+            "mean_model_accuracy": {
+                m: round(statistics.mean(r[m]["model_accuracy"] for r in rows
+                                         if r[m]["model_accuracy"] is not None), 3)
+                if any(r[m]["model_accuracy"] is not None for r in rows) else None
+                for m in ("cold", "warm")}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
