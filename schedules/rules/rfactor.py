@@ -94,10 +94,13 @@ class AddRFactor(ScheduleRule):
         if reduce_extent < 2 * self.lanes:
             return [sch]
         variants = []
-        if spatial_extent < self.cores * self.max_jobs_per_core:
+        few_rows = spatial_extent < self.cores * self.max_jobs_per_core
+        if few_rows:
             variants.append("outer")
         if not has_data_reuse(info.block):
             variants.append("inner")
+            if few_rows and self.cores > 1 and reduce_extent >= 4 * self.lanes * self.cores:
+                variants.append("outer_inner")
         elif first_reduce > 0 and streams_along_reduction(info.block) and self._stream_factors(
                 reduce_extent):
             variants.append("stream")
@@ -139,6 +142,8 @@ class AddRFactor(ScheduleRule):
         fused = sch.fuse(*reduce_loops) if len(reduce_loops) > 1 else reduce_loops[0]
         if variant == "stream":
             rf = self._stream(sch, b, fused, first_reduce, ndim, reduce_extent)
+        elif variant == "outer_inner":
+            rf = self._outer_inner(sch, fused, ndim, reduce_extent)
         else:
             tiles = sch.sample_perfect_tile(fused, n=2,
                                             max_innermost_factor=self.max_innermost_factor)
@@ -149,6 +154,39 @@ class AddRFactor(ScheduleRule):
                 rf = sch.rfactor(inner, ndim)
         sch.annotate(rf, RFACTOR_KEY, variant)
         sch.annotate(b, RFACTOR_KEY, "final")
+
+    def _outer_inner(self, sch: Schedule, fused, ndim: int, reduce_extent: int):
+        """Both at once, for a full reduction of streamed data (a norm, a sum to a scalar):
+        "outer" alone spreads it over the cores with a scalar loop per chunk, "inner" alone
+        vectorises it on one core.  The outer part (a sampled number of chunks, at least one
+        per core) is factored out first, then each chunk's loop is split by a whole number of
+        vector registers and that inner part is factored out of the chunk's partial block:
+
+            for c in parallel(chunks):                       # C_rf_rf[c, lanes]
+                for k in range(K / chunks / w):
+                    for l in vectorized(w): acc[c, l] += A[...] * A[...]
+            C_rf[c] = sum(acc[c, :]);  C = sum(C_rf[:])
+
+        Returns the vectorised partials' block."""
+        chunk_counts = [d for d in divisors(reduce_extent)
+                        if self.cores <= d <= self.cores * self.max_jobs_per_core
+                        and (reduce_extent // d) % self.lanes == 0]
+        if not chunk_counts:
+            raise ScheduleError("outer_inner rfactor: no chunk count leaves whole registers")
+        uniform = [1.0 / len(chunk_counts)] * len(chunk_counts)
+        chunks = sch.sample_categorical(chunk_counts, uniform)
+        outer, _ = sch.split(fused, [chunks, None])
+        chunk_rf = sch.rfactor(outer, 0)
+        sch.annotate(chunk_rf, RFACTOR_KEY, "outer")
+        per_chunk = reduce_extent // int(chunks)
+        widths = [w for w in (self.lanes, 2 * self.lanes, 4 * self.lanes)
+                  if per_chunk % w == 0 and w < per_chunk]
+        if not widths:
+            raise ScheduleError("outer_inner rfactor: a chunk is too short to vectorise")
+        width = sch.sample_categorical(widths, [1.0 / len(widths)] * len(widths))
+        (chunk_loop,) = sch.get_loops(chunk_rf)[-1:]  # the chunk's reduction loop
+        _, lanes = sch.split(chunk_loop, [None, width])
+        return sch.rfactor(lanes, ndim + 1)
 
     def _stream(self, sch: Schedule, b, fused, first_reduce: int, ndim: int,
                 reduce_extent: int):

@@ -370,3 +370,32 @@ def test_worker_process_survives_abort_crash_hang_and_exceptions():
     finally:
         worker.close()
     assert not worker.alive
+
+
+def test_long_reductions_widen_the_check_tolerance():
+    # A float32 norm over a million elements: the serial reference is itself off by ~2e-4,
+    # so the default 1e-4 would refuse the accurate (tree-summed) programs.
+    from autotune.measure.runner import longest_reduction, reduction_rtol
+    from tensor_ir import ops, te
+
+    assert longest_reduction(ops.matmul(64, 32, 48)) == 48
+    assert reduction_rtol(ops.matmul(64, 32, 1024)) == 1e-4  # matmuls keep the default
+    a = te.placeholder((1024, 1024), "float32", name="A")
+    i, j = te.reduce_axis(1024, "i"), te.reduce_axis(1024, "j")
+    c = te.compute((1,), lambda b: te.sum(a[i, j] * a[i, j], axis=[i, j]), name="C")
+    norm = te.create_prim_func([a, c], name="norm")
+    assert longest_reduction(norm) == 1 << 20
+    assert 9e-4 < reduction_rtol(norm) < 1.1e-3
+    assert reduction_rtol(ops.relu((4, 4))) == 1e-4
+
+
+def test_norm_tuned_with_vectorised_partial_sums_passes_the_check():
+    import autotune
+    from benchmarks.op_table import make
+
+    w = make("NRM")
+    r = autotune.tune(w.func, "llvm", trials=8, batch_size=8, seed=0, log=False,
+                      remeasure_top=0, space=None)
+    assert r.best_schedule is not None
+    assert not any(t.error_kind == "wrong_result" for t in r.history), \
+        [t.error_kind for t in r.history]

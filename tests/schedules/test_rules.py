@@ -352,6 +352,30 @@ def _rf_variants(out):
             for s in out[1:] for n in _blocks(s.func) if n.endswith("_rf")]
 
 
+def test_rfactor_outer_inner_spreads_a_full_reduction_over_cores_and_lanes():
+    # A sum to a scalar of streamed data: chunks in parallel, each chunk's partials
+    # vectorised (C_rf_rf[chunk, lanes]), then the two short serial sums.
+    func = ops.sum((64, 1024))
+    name = _blocks(func)[0]
+    out = _init(AddRFactor()).apply(Schedule(func, seed=0), name)
+    both = [s for s in out if name + "_rf_rf" in _blocks(s.func)]
+    assert len(both) == 1
+    sch = both[0]
+    block = tree.find_block(sch.func, name + "_rf_rf").node.block
+    assert dict(block.annotations)["meta_schedule.rfactor"] == "outer_inner"
+    spatial = [iv for iv in block.iter_vars if iv.kind == "spatial"]
+    lanes = spatial[-1].dom.extent.value
+    assert lanes % 16 == 0 and 2 <= spatial[-2].dom.extent.value <= 32
+    check_interp(sch.func, lambda x: np.asarray(x, np.float64).sum().reshape(()))
+    # In the whole design space, its programs run the chunks in parallel and the lanes as
+    # vectors.
+    space = DesignSpace(func, TARGET)
+    index = next(i for i, t in enumerate(space.sketches) if "outer_inner" in t.to_text())
+    program = space.sample(seed=0, sketch=index).schedule.func
+    kinds = {lp.kind for lp in tree.find_block(program, name + "_rf_rf").loops}
+    assert PARALLEL in kinds and VECTORIZED in kinds
+
+
 def test_rfactor_stream_for_batch1_dense():
     func = ops.dense(1, 48, 128)  # the weight is read once, contiguous along k
     name = [n for n in _blocks(func)][0]
