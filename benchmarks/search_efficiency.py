@@ -92,9 +92,8 @@ def table_main(args) -> dict:
         tol = 1e-3 if name == "NRM" else 1e-4  # NRM: a float32 sum of a million squares
         key = f"{name}#{TVM_INDEX[name]}"
         tvm_ms = tvm.get(key)
-        best = [t.best_seconds for t in r.history]
-        final = min(best) if best else math.inf
-        reach = next((t.index for t in r.history if t.best_seconds <= final / 0.9), None)
+        curve = _curve(r.history)  # the run's own best-so-far, trial by trial
+        reach = _reaching(curve, curve[-1]) if curve else None
         row = {"workload": key, "what": w.what, "trials": r.trials, "ours_ms": round(ours_ms, 4),
                "gflops": round(w.flops / r.best_time / 1e9, 1) if r.best_time else None,
                "tvm_ms": tvm_ms,

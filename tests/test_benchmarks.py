@@ -159,3 +159,27 @@ def test_search_efficiency_table_prints_ratios_against_tvm(tmp_path):
     assert row["workload"] == "DEP#0" and row["correct"] and row["trials"] == 4
     assert row["speedup_vs_tvm"] == pytest.approx(0.05 / row["ours_ms"], rel=1e-2)
     assert doc["geomean_speedup_vs_tvm"] == pytest.approx(row["speedup_vs_tvm"], rel=1e-3)
+
+
+def test_search_efficiency_transfer_tunes_cold_and_warm(tmp_path):
+    import autotune
+    from autotune.measure import MeasureConfig
+    from benchmarks import search_efficiency
+    from tensor_ir import ops
+
+    db = tmp_path / "source.db"
+    fast = MeasureConfig(repeat=1, min_repeat_ms=1)
+    for seed, func in enumerate((ops.matmul(32, 64, 32),
+                                 ops.conv2d_nchw(1, 8, 10, 10, 16, 3, 3, padding=1))):
+        autotune.tune(func, "llvm", trials=12, database=str(db), seed=seed, batch_size=6,
+                      measure_config=fast, remeasure_top=0, log=False)
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert search_efficiency.main(["transfer", "--pretrain-db", str(db), "--models",
+                                       "mobilenet_v2", "--tasks-per-model", "1", "--trials",
+                                       "4", "--folds", "2"]) == 0
+    doc = json.loads(buf.getvalue())
+    (row,) = doc["tasks"]
+    assert row["model"] == "mobilenet_v2" and row["cold"]["trials_to_90pct_of_cold_best"]
+    assert row["warm"]["best_ms_after"]["4"] > 0
+    assert doc["source"]["workloads"] == 2 and doc["source"]["heldout_ranking"]["model"]
