@@ -59,25 +59,9 @@ def _tvm_times(path: str) -> dict[str, float]:
             if "remeasured_ms" in row}
 
 
-def check_best(w, best_func) -> float:
-    """Relative max error of ``best_func`` against the workload's numpy reference."""
-    import numpy as np
-
-    import autotune
-    from benchmarks.op_table import random_inputs
-
-    kernel = autotune.build(best_func, "llvm")
-    inputs = random_inputs(w, seed=1)
-    out_buf = best_func.params[-1]
-    out = np.zeros(tuple(out_buf.const_shape), dtype=out_buf.dtype)
-    kernel(*inputs, out)
-    ref = w.reference(*inputs)
-    return float(np.max(np.abs(out - ref)) / (np.max(np.abs(ref)) + 1e-30))
-
-
 def table_main(args) -> dict:
     import autotune
-    from benchmarks.op_table import TABLE, TVM_INDEX, make
+    from benchmarks.op_table import TABLE, TVM_INDEX, make, relative_error, tolerance
 
     names = [n for n in TABLE if not args.only or n in args.only.split(",")]
     tvm = _tvm_times(args.tvm)
@@ -88,8 +72,8 @@ def table_main(args) -> dict:
         r = autotune.tune(w.func, "llvm", trials=args.trials, seed=args.seed, log=False)
         wall = time.perf_counter() - t0
         ours_ms = r.best_time * 1e3
-        err = check_best(w, r.best_schedule.func) if r.best_schedule is not None else math.inf
-        tol = 1e-3 if name == "NRM" else 1e-4  # NRM: a float32 sum of a million squares
+        err = relative_error(w, r.best_schedule.func, seed=1) if r.best_schedule is not None \
+            else math.inf
         key = f"{name}#{TVM_INDEX[name]}"
         tvm_ms = tvm.get(key)
         curve = _curve(r.history)  # the run's own best-so-far, trial by trial
@@ -98,7 +82,7 @@ def table_main(args) -> dict:
                "gflops": round(w.flops / r.best_time / 1e9, 1) if r.best_time else None,
                "tvm_ms": tvm_ms,
                "speedup_vs_tvm": round(tvm_ms / ours_ms, 3) if tvm_ms else None,
-               "correct": err < tol, "rel_err": err, "spread": r.best_spread,
+               "correct": err < tolerance(w), "rel_err": err, "spread": r.best_spread,
                "trial_reaching_90pct": reach, "trials_per_minute": round(r.trials_per_minute, 1),
                "wall_s": round(wall, 1)}
         _log(json.dumps(row))
@@ -127,11 +111,8 @@ def strategies_main(args) -> dict:
                 t0 = time.perf_counter()
                 r = autotune.tune(func, "llvm", trials=args.trials, strategy=strategy, seed=seed,
                                   remeasure_top=0, log=False)
-                curve = []
-                best = math.inf
-                for t in r.history:  # the run's own best-so-far, trial by trial
-                    best = min(best, t.seconds)
-                    curve.append(round(best * 1e3, 4) if math.isfinite(best) else None)
+                curve = [round(v * 1e3, 4) if math.isfinite(v) else None
+                         for v in _curve(r.history)]
                 run = {"strategy": strategy, "seed": seed,
                        "best_ms_after": {str(n): curve[n - 1] if len(curve) >= n else None
                                          for n in budgets},
@@ -198,6 +179,7 @@ def add_transfer_args(ap) -> None:
 
 
 def _curve(history) -> list[float]:
+    """The run's own best-so-far (seconds) after each trial."""
     best, out = math.inf, []
     for t in history:
         best = min(best, t.seconds)

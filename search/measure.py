@@ -335,7 +335,10 @@ class SequentialRunner(Runner):
         return [self._run_one(inp, b) for inp, b in zip(inputs, builds)]
 
     def _run_one(self, inp: MeasureInput, build: BuildResult) -> MeasureResult:
-        raise NotImplementedError(f"{type(self).__name__} measures batches in its own run()")
+        # The per-candidate hook: a subclass implements it, or overrides run() as a whole (the
+        # Ray runner, which keeps several nodes busy at once).
+        raise NotImplementedError(f"{type(self).__name__} must implement _run_one or "
+                                  f"override run")
 
 
 def measure(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput],
