@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 
 from search.measure import Builder, BuildResult, MeasureInput
+from tensor_ir import intrinsics
 from tensor_ir.target import Target
 
 from .gpu import ARTIFACT_SUFFIX
@@ -129,6 +130,9 @@ class LocalBuilder(Builder):
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         if self._closed:
             raise RuntimeError("LocalBuilder.build called after close()")
+        # Requests first: a candidate whose intrinsic cannot be sent to the workers stops the
+        # batch here with its IntrinsicError, before any worker is busy.
+        requests = [self._request(inp) for inp in inputs]
         results: list[BuildResult | None] = [None] * len(inputs)
         pending = list(range(len(inputs)))
         pending.reverse()  # pop() from the end hands candidates out in input order
@@ -139,7 +143,7 @@ class LocalBuilder(Builder):
             while pending and idle:
                 w = idle.pop()
                 i = pending.pop()
-                request = self._request(inputs[i])
+                request = requests[i]
                 start = time.perf_counter()
                 try:
                     self._workers[w].send(request)
@@ -172,7 +176,14 @@ class LocalBuilder(Builder):
         # An OpenCL candidate's artifact is its source and launch description (see .gpu).
         suffix = ARTIFACT_SUFFIX if inp.target.kind == "opencl" else ".o"
         path = os.path.join(self.work_dir, f"cand{self._counter:07d}{suffix}")
-        return {"func": inp.func.to_json(), "target": str(inp.target), "path": path}
+        request = {"func": inp.func.to_json(), "target": str(inp.target), "path": path}
+        if inp.target.kind == "llvm":
+            # Intrinsics registered at run time exist in this process only (see
+            # tensor_ir.intrinsics.portable): their definitions travel with the candidate.
+            shipped = intrinsics.portables(inp.func)
+            if shipped:
+                request["intrinsics"] = shipped
+        return request
 
     def _result(self, status: str, reply, seconds: float) -> BuildResult:
         if status == "timeout":
@@ -219,6 +230,8 @@ def handle_build_request(request: dict, state: dict) -> dict:
         if target.kind != "llvm":
             raise TensorIRError(f"LocalBuilder builds CPU (llvm) and opencl targets; got "
                                 f"{target}")
+        for spec in request.get("intrinsics", ()):
+            intrinsics.install(spec)
         func = PrimFunc.from_json(request["func"])
         object_code = build_object(func, target=target)
         with open(request["path"], "wb") as f:

@@ -75,6 +75,7 @@ from search.measure import (
     SequentialRunner,
     check_lengths,
 )
+from tensor_ir import intrinsics
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
@@ -150,14 +151,18 @@ def connect(address: str | None = "auto") -> None:
 # Builder
 # ---------------------------------------------------------------------------------------------
 
-def build_to_bytes(func_json: dict, target: str, suffix: str) -> dict:
+def build_to_bytes(func_json: dict, target: str, suffix: str, shipped: list | None = None
+                   ) -> dict:
     """Ray task body: build one candidate as the local builder's workers do, and return its
-    artifact's bytes (the tuner's machine keeps them) with the node that built it."""
+    artifact's bytes (the tuner's machine keeps them) with the node that built it.
+    ``shipped``: definitions of the run-time registered intrinsics the candidate uses."""
     folder = make_build_dir()  # owned: swept by clean_stale_build_dirs if the task is killed
     try:
         path = os.path.join(folder, "candidate" + suffix)
-        reply = handle_build_request({"func": func_json, "target": target, "path": path},
-                                     {})
+        request = {"func": func_json, "target": target, "path": path}
+        if shipped:
+            request["intrinsics"] = shipped
+        reply = handle_build_request(request, {})
         if not reply.get("error"):
             with open(path, "rb") as f:
                 reply["artifact"] = f.read()
@@ -213,7 +218,8 @@ class RayBuilder(Builder):
                 # own CPU, not for the one the tuner asked for.
                 target = targets.setdefault(id(inp.target), canonical_target(inp.target))
                 suffix = ARTIFACT_SUFFIX if inp.target.kind == "opencl" else ".o"
-                ref = self._task.remote(inp.func.to_json(), target, suffix)
+                shipped = intrinsics.portables(inp.func) if inp.target.kind == "llvm" else []
+                ref = self._task.remote(inp.func.to_json(), target, suffix, shipped)
                 flight[ref] = (i, time.monotonic())
             nearest = min(start for _, start in flight.values()) + self.timeout
             ready, _ = ray.wait(list(flight), num_returns=1,
@@ -298,6 +304,15 @@ class Measurer:
             self._references[key] = None
         if request["best"] is not None:
             self._runner.seed_best(key, request["best"])
+        try:
+            for spec in request.get("intrinsics", ()):
+                intrinsics.install(spec)
+        except intrinsics.IntrinsicError as err:
+            # This node cannot import what the candidate needs: its error, not a lost node.
+            reply = MeasureResult.error("runtime", f"on {host_name()}: {err}",
+                                        request["build_seconds"]).to_json()
+            reply["host"] = host_name()
+            return reply
         inp = MeasureInput(PrimFunc.from_json(request["func"]), target, key,
                            reference=self._references.get(key))
         # A folder per candidate, marked with this process: the cluster ends actors with
@@ -490,6 +505,10 @@ class RayRunner(SequentialRunner):
                    "func": inp.func.to_json(), "artifact": artifact,
                    "suffix": os.path.splitext(build.artifact_path)[1] or ".o",
                    "build_seconds": build.build_seconds, "best": self._best.get(key)}
+        if inp.target.kind == "llvm":
+            shipped = intrinsics.portables(inp.func)
+            if shipped:
+                request["intrinsics"] = shipped
         budget = self.config.timeout + _GRACE_SECONDS + self.node_timeout
         if key not in actor.workloads:
             # The first candidate of a workload on this actor carries the reference, and

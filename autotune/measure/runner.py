@@ -45,6 +45,7 @@ from search.measure import (
     MeasureResult,
     SequentialRunner,
 )
+from tensor_ir import intrinsics
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import BufferStore
 from tensor_ir.target import Target
@@ -129,6 +130,15 @@ class LocalRunner(SequentialRunner):
                    "check_always": cfg.check == "all" or best is None,
                    "rtol": cfg.rtol if cfg.rtol is not None else self._rtol(inp),
                    "atol": cfg.atol}
+        if target.kind == "llvm":
+            # Shared libraries of external intrinsics: the object file names their symbols,
+            # not where they live, and only this process knows the registrations.
+            try:
+                libraries = intrinsics.libraries_of(inp.func)
+            except intrinsics.IntrinsicError as err:
+                return error("runtime", str(err))
+            if libraries:
+                request["libraries"] = libraries
         status, reply = self._call_measure(inp, request)
         if status == "crash" or (isinstance(reply, dict)
                                  and reply.get("error_kind") == "wrong_result"):
@@ -563,6 +573,7 @@ def _measure(request: dict, state: dict) -> dict:
 
         return measure_opencl(request, work, _poison, timed_repeats, check_after_timing)
     try:
+        intrinsics.load_libraries(request.get("libraries", ()))
         jit, address, meta = _load_kernel(request["path"])
     except Exception as err:  # noqa: BLE001 - an unloadable artifact is this candidate's error
         return {"error_kind": "runtime",

@@ -16,13 +16,20 @@ from .registry import (
     dense_strides,
     describe,
     expand,
+    freeze_builtins,
     get,
+    install,
     libraries_of,
     load_libraries,
     names,
     operand_strides,
+    portable,
+    portables,
     register,
+    used_in,
 )
+
+freeze_builtins()  # what every interpreter registers on import; the rest travels (portables)
 
 __all__ = [
     "SDOT_DOT",
@@ -40,9 +47,13 @@ __all__ = [
     "dot_description",
     "expand",
     "get",
+    "install",
     "libraries_of",
     "load_libraries",
     "names",
     "operand_strides",
+    "portable",
+    "portables",
     "register",
+    "used_in",
 ]

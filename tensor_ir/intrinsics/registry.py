@@ -55,12 +55,17 @@ __all__ = [
     "TensorIntrin",
     "TileDescription",
     "expand",
+    "freeze_builtins",
     "get",
+    "install",
     "libraries_of",
     "load_libraries",
     "names",
     "operand_strides",
+    "portable",
+    "portables",
     "register",
+    "used_in",
 ]
 
 
@@ -262,6 +267,100 @@ def get(name: str) -> TensorIntrin:
 
 def names() -> list[str]:
     return sorted(_REGISTRY)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registrations other processes need
+# ---------------------------------------------------------------------------------------------
+#
+# Build workers, measurement workers and cluster nodes are separate interpreters: they know the
+# built-in intrinsics (registered when this package is imported) and nothing a user registered
+# at run time.  A candidate tensorized with such an intrinsic therefore carries its definition
+# as plain data (`portable`), which the worker registers (`install`) before building.
+
+# Names registered by the package itself on import; every interpreter has them.
+_BUILTIN: frozenset = frozenset()
+
+
+def freeze_builtins() -> None:
+    """Record the intrinsics registered so far as built in (called once, on import)."""
+    global _BUILTIN
+    _BUILTIN = frozenset(_REGISTRY)
+
+
+def used_in(func) -> list[str]:
+    """Names of the intrinsics tensorized in ``func`` (a PrimFunc or a statement), in
+    first-use order."""
+    body = func.body if isinstance(func, PrimFunc) else func
+    return list(dict.fromkeys(call.intrin for call in collect(body, TensorIntrinCall)))
+
+
+def portable(name: str) -> dict:
+    """The definition of registered intrinsic ``name`` as JSON-able data that :func:`install`
+    registers in another process.  An LLVM emitter travels as ``module:qualname`` and must be
+    importable there: one defined in ``__main__`` (a script or a notebook) or inside a
+    function is refused with an IntrinsicError that says so."""
+    intrin = get(name)
+    impl = intrin.impl
+    if isinstance(impl, ExternCImpl):
+        spec = {"kind": "extern_c", "symbol": impl.symbol, "library": impl.library}
+    elif isinstance(impl, ReferenceImpl):
+        spec = {"kind": "reference"}
+    elif isinstance(impl, LLVMImpl):
+        module = getattr(impl.emit, "__module__", None)
+        qualname = getattr(impl.emit, "__qualname__", "")
+        if not module or module == "__main__" or not qualname or "<" in qualname:
+            where = "in __main__" if module == "__main__" else "inside a function or as a lambda"
+            raise IntrinsicError(
+                f"tensor intrinsic {name!r}: its LLVM emitter {qualname or impl.emit!r} is "
+                f"defined {where}, so the build worker processes cannot import it; define the "
+                f"emitter at the top level of an importable module (or build in this process "
+                f"with autotune.build)")
+        spec = {"kind": "llvm", "emit": f"{module}:{qualname}", "arch": list(impl.arch),
+                "features": list(impl.features)}
+    else:
+        raise IntrinsicError(f"tensor intrinsic {name!r}: an implementation of kind "
+                             f"{type(impl).__name__} cannot be sent to another process")
+    return {"name": name, "desc": intrin.desc.to_json(), "impl": spec}
+
+
+def portables(func) -> list[dict]:
+    """:func:`portable` of every intrinsic ``func`` uses that is not built in."""
+    return [portable(name) for name in used_in(func) if name not in _BUILTIN]
+
+
+def install(spec: dict) -> TensorIntrin:
+    """Register the intrinsic :func:`portable` described, replacing a different definition
+    under the same name (a long-lived worker may have served another tuning run)."""
+    import importlib
+
+    name = spec["name"]
+    current = _REGISTRY.get(name)
+    if current is not None:
+        try:
+            if portable(name) == spec:
+                return current
+        except IntrinsicError:
+            pass  # not comparable: replace it with the definition the parent sent
+    impl_spec = spec["impl"]
+    kind = impl_spec["kind"]
+    if kind == "extern_c":
+        impl = ExternCImpl(impl_spec["symbol"], impl_spec.get("library"))
+    elif kind == "reference":
+        impl = ReferenceImpl()
+    elif kind == "llvm":
+        module, _, qualname = impl_spec["emit"].partition(":")
+        try:
+            emit = importlib.import_module(module)
+            for part in qualname.split("."):
+                emit = getattr(emit, part)
+        except (ImportError, AttributeError) as err:
+            raise IntrinsicError(f"tensor intrinsic {name!r}: cannot import its LLVM emitter "
+                                 f"{impl_spec['emit']} in this process: {err}") from err
+        impl = LLVMImpl(emit, tuple(impl_spec["arch"]), tuple(impl_spec["features"]))
+    else:
+        raise IntrinsicError(f"tensor intrinsic {name!r}: unknown implementation kind {kind!r}")
+    return register(name, PrimFunc.from_json(spec["desc"]), impl, override=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -247,3 +247,35 @@ def test_tune_model_cli_with_ray(cluster, tmp_path):
     with Database(str(db), readonly=True) as database:
         assert database.count() >= 8
 
+
+
+def test_intrinsics_registered_here_are_built_and_measured_on_the_nodes(cluster, builder):
+    """A candidate tensorized with an intrinsic registered in this (driving) process only:
+    its definition travels with the build task and the measurement request."""
+    from schedules import Schedule
+    from tensor_ir import intrinsics, te
+    from tensor_ir.intrinsics import ReferenceImpl
+
+    name = "test_ray_ref_dot_4x2"
+    a = te.placeholder((2,), "float32", name="A")
+    b = te.placeholder((4, 2), "float32", name="B")
+    r = te.reduce_axis(2, name="k")
+    c = te.compute((4,), lambda i: te.sum(a[r] * b[i, r], axis=r), name="C")
+    intrinsics.register(name, te.create_prim_func([a, b, c], name=name), ReferenceImpl(),
+                        override=True)
+    sch = Schedule(REFERENCE)
+    block = sch.get_block("C")
+    i, j, k = sch.get_loops(block)
+    jo, ji = sch.split(j, [None, 4])
+    ko, ki = sch.split(k, [None, 2])
+    sch.reorder(i, jo, ko, ji, ki)
+    sch.decompose_reduction(block, ko)
+    sch.tensorize(ji, name)
+    inputs = inputs_for([sch.func])
+    (build,) = builder.build(inputs)
+    assert build.ok, build.error
+    config = dataclasses.replace(FAST, check="all")
+    with RayRunner(config, address=cluster[0].address, resource=RES_A,
+                   start_timeout=30) as runner:
+        (result,) = runner.run(inputs, [build])
+    assert result.error_kind is None and result.checked, result.error_msg
