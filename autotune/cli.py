@@ -2,6 +2,7 @@
 
     tune-model resnet18 --trials 1000 --db tuning.db --report report/
     tune-model model.onnx --target "llvm -num-cores 2" --time-budget 8h --db tuning.db
+    tune-model model.onnx --target opencl --trials 200 --db tuning.db   # an OpenCL device
     tune-model resnet18 --db tuning.db --until 07:30        # plan the run to end by then
     tune-model resnet18 --db tuning.db                      # again: resumes where it stopped
     tune-model resnet50 --db tuning.db --cost-model-file model.json   # a pre-trained model
@@ -20,10 +21,11 @@ ends with the report: the text table on standard output, plus report.txt, report
 tuning curve curve.png under ``--report DIR``.
 
 Every candidate is timed on this machine, so ``--target`` must describe it (another CPU of the
-same kind whose features this one has is fine); a target it cannot run, such as ``llvm
--mtriple=aarch64-linux-gnu`` on an x86-64 host, is refused before any work starts.  The outputs
-(``--db``, ``--log-file``, ``--report``) are checked up front too: a missing report folder is
-created, a missing folder for a file is an error.
+same kind whose features this one has is fine, and ``opencl`` when an OpenCL device is here);
+a target it cannot run, such as ``llvm -mtriple=aarch64-linux-gnu`` on an x86-64 host, is
+refused before any work starts.  The outputs (``--db``, ``--log-file``, ``--report``) are
+checked up front too: a missing report folder is created, a missing folder for a file is an
+error.
 
 Exit status: 0 done; 1 an error (named on standard error), including a run whose trials all
 failed (none measured a valid time: the most common error is named); 2 a usage error (an
@@ -210,8 +212,21 @@ def _check_output_file(option: str, path: str) -> None:
 
 def _check_runnable(spec: str, target) -> None:
     """Refuse a target whose code cannot run here: tune-model times every candidate on this
-    machine, so each trial would end in a runtime error and the run would measure nothing."""
+    machine, so each trial would end in a runtime error and the run would measure nothing.
+    An opencl target runs here when this machine has an OpenCL device that matches it."""
     if target.is_host:
+        return
+    if target.kind == "opencl":
+        from tensor_ir.errors import BuildError
+
+        from .gpu import device_context
+
+        try:
+            device_context(target)
+        except BuildError as err:  # no pyopencl, no platform, no matching device
+            raise ValueError(f"--target {spec!r}: {err}; tune-model times every candidate "
+                             f"on this machine's OpenCL device, so it would measure "
+                             f"nothing") from None
         return
     from tensor_ir.target import host_info
 

@@ -9,7 +9,8 @@ Buffers follow the memory plan (graph/passes.py): storages are allocated once, 6
 aligned, and every value is a numpy view into its storage; reshapes are views too.  ``run``
 copies the inputs into their buffers, calls each kernel with pointers bound at build time,
 and returns copies of the outputs, so an executor is reusable; a lock makes concurrent calls
-take turns (one run at a time).
+take turns (one run at a time).  A model built for an ``opencl`` target runs in a
+GPUExecutor instead (autotune/gpu_executor.py): the same interface, its buffers on the device.
 """
 from __future__ import annotations
 
@@ -28,7 +29,14 @@ from .graph.passes import ALIGNMENT, MemoryPlan
 from .graph.types import TensorType, contiguous
 from .measure.runner import aligned_empty
 
-__all__ = ["Executor", "Step", "BenchmarkResult", "FunctionReport", "BuildReport"]
+__all__ = [
+    "BenchmarkResult",
+    "BuildReport",
+    "Executor",
+    "FunctionReport",
+    "Step",
+    "checked_inputs",
+]
 
 
 @dataclass
@@ -157,6 +165,36 @@ def _bind(kernel, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
     return lambda: cfunc(*pointers)
 
 
+def checked_inputs(model: Model, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``inputs`` as arrays, in the model's input order, once each is known to fit its input:
+    every input given, no unknown name, the input's shape, a dtype of the input's kind
+    (another precision of that kind is left for the caller to convert with
+    ``casting="same_kind"``).  BuildError naming the input otherwise."""
+    if not isinstance(inputs, Mapping):
+        raise BuildError(f"run takes a dict {{input name: array}}, got "
+                         f"{type(inputs).__name__}")
+    unknown = sorted(set(inputs) - set(model.inputs))
+    if unknown:
+        raise BuildError(f"{model.name} has no input(s) {unknown}; its inputs are "
+                         f"{model.inputs}")
+    out = {}
+    for name in model.inputs:
+        if name not in inputs:
+            raise BuildError(f"run: no value for input {name!r} ({model.types[name]})")
+        value = np.asarray(inputs[name])
+        expected = model.types[name]
+        if value.shape != expected.shape:
+            raise BuildError(f"run: input {name!r} must have shape {expected.shape}, got "
+                             f"{value.shape}")
+        # Another precision of the same kind (float64 for float32) is converted; a different
+        # kind (integers for floats) is most likely a mistake.
+        dtype = np.dtype(expected.dtype)
+        if value.dtype.kind != dtype.kind:
+            raise BuildError(f"run: input {name!r} must be {dtype}, got {value.dtype}")
+        out[name] = value
+    return out
+
+
 class Executor:
     """A model compiled for one target; see the module text."""
 
@@ -207,28 +245,8 @@ class Executor:
 
     # -- running ------------------------------------------------------------------------------
     def _set_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
-        if not isinstance(inputs, Mapping):
-            raise BuildError(f"run takes a dict {{input name: array}}, got "
-                             f"{type(inputs).__name__}")
-        unknown = sorted(set(inputs) - set(self.model.inputs))
-        if unknown:
-            raise BuildError(f"{self.model.name} has no input(s) {unknown}; its inputs are "
-                             f"{self.model.inputs}")
-        for name in self.model.inputs:
-            if name not in inputs:
-                raise BuildError(f"run: no value for input {name!r} "
-                                 f"({self.model.types[name]})")
-            value = np.asarray(inputs[name])
-            dest = self._arrays[name]
-            if value.shape != dest.shape:
-                raise BuildError(f"run: input {name!r} must have shape {dest.shape}, got "
-                                 f"{value.shape}")
-            # Another precision of the same kind (float64 for float32) is converted; a
-            # different kind (integers for floats) is most likely a mistake.
-            if value.dtype.kind != dest.dtype.kind:
-                raise BuildError(f"run: input {name!r} must be {dest.dtype}, got "
-                                 f"{value.dtype}")
-            np.copyto(dest, value, casting="same_kind")
+        for name, value in checked_inputs(self.model, inputs).items():
+            np.copyto(self._arrays[name], value, casting="same_kind")
 
     def _execute(self) -> None:
         for call in self._calls:

@@ -20,7 +20,7 @@ from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target, TargetError, opencl_device
 from tensor_ir.thread_reduce import lower_for_gpu
 
-__all__ = ["GPUKernel", "build_gpu", "opencl_available"]
+__all__ = ["GPUKernel", "build_gpu", "device_context", "opencl_available"]
 
 _CONTEXTS: dict[str | None, tuple] = {}
 _CONTEXT_LOCK = threading.Lock()
@@ -33,6 +33,12 @@ def opencl_available(platform: str | None = None) -> bool:
     except BuildError:
         return False
     return True
+
+
+def device_context(target: Target):
+    """The pyopencl context of ``target``'s device, shared by every kernel built for it in
+    this process; BuildError naming the platform and the devices seen when there is none."""
+    return _context(dict(target.options).get("platform"))[0]
 
 
 def _context(platform: str | None) -> tuple:
@@ -52,8 +58,9 @@ def _context(platform: str | None) -> tuple:
         except cl.Error as err:
             raise BuildError(f"opencl target: no OpenCL platform: {err}") from None
         if device is None:
-            raise BuildError(f"opencl target: no device matches -platform={platform}; "
-                             "devices: " + (", ".join(seen) or "none"))
+            which = "no OpenCL device" if platform is None else \
+                f"no device matches -platform={platform}"
+            raise BuildError(f"opencl target: {which}; devices: " + (", ".join(seen) or "none"))
         context = cl.Context([device])
         _CONTEXTS[platform] = (context, cl.CommandQueue(context))
         return _CONTEXTS[platform]
@@ -165,6 +172,35 @@ class GPUKernel:
     def finish(self) -> None:
         """Wait until everything enqueued has run."""
         self._queue.finish()
+
+    def bind(self, buffers, temps: list | None = None) -> tuple[list, list]:
+        """Launches of this function on fixed device ``buffers`` (one per parameter, in
+        order), for a caller that enqueues them again and again (a model executor):
+        ``(launches, temps)`` with ``launches`` a list of (kernel, global size, local size)
+        for ``pyopencl.enqueue_nd_range_kernel``, arguments set once here, and ``temps`` the
+        temporaries: those given (from an earlier ``bind`` whose launches never run at the
+        same time as these), else allocated here, zeroed; keep them alive as long as the
+        launches.  The kernel objects are new ones: the arguments set on a kernel object
+        are state, so two callers sharing one would overwrite each other's."""
+        import pyopencl as cl
+
+        if len(buffers) != len(self.params):
+            raise BuildError(f"kernel {self.entry_name} takes {len(self.params)} buffers, got "
+                             f"{len(buffers)}")
+        flags = cl.mem_flags
+        if temps is None:
+            temps = [cl.Buffer(self._context, flags.READ_WRITE | flags.COPY_HOST_PTR,
+                               hostbuf=np.zeros(t.shape, t.dtype)) for t in self.source.temps]
+        elif len(temps) != len(self.source.temps):
+            raise BuildError(f"kernel {self.entry_name} has {len(self.source.temps)} "
+                             f"temporaries, got {len(temps)} buffers for them")
+        every = list(buffers) + temps
+        launches = []
+        for kernel, global_size, local_size, indices in self._launches:
+            own = cl.Kernel(kernel.program, kernel.function_name)
+            own.set_args(*[every[i] for i in indices])
+            launches.append((own, global_size, local_size))
+        return launches, temps
 
     def read(self, buffers, indices) -> list[np.ndarray]:
         """Host copies of the parameter buffers at ``indices``."""

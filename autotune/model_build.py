@@ -3,6 +3,7 @@
     lib = build_model(model, "llvm")                          # default schedules
     lib = build_model(model, "llvm", database="tuning.db")    # best records where there are
     lib = build_model(model, "llvm", lookup=my_lookup)        # lookup(func) -> trace or None
+    lib = build_model(model, "opencl", database="tuning.db")  # OpenCL kernels, device buffers
     lib.run({"input": x}); lib.report.coverage; lib.report.fallbacks
 
 ``autotune.build(model, target)`` dispatches here for a Model.  Each fused function is looked
@@ -13,6 +14,14 @@ register-blocked inner loops, see schedules.default_schedule), or the plain loop
 space yields no valid program.  Identical fused functions are scheduled and compiled once;
 the scheduled functions and compiled kernels are also cached for the process, so building
 the same model again is cheap.
+
+On an ``opencl`` target the records are those tuned for it, and the default schedule is a
+sample, at the build's seed, of the GPU design space restricted to auto-inline and auto-bind
+(each thread computes one output element; see gpu_default_candidate): the CPU rule of thumb
+sets vector and parallel decisions a GPU has no use for and no thread counts.  The kernels
+are OpenCL ones (autotune.gpu) and the executor keeps weights and intermediates on the
+device (autotune.gpu_executor).  Weights are not prepacked there: a packing stage of a GPU
+schedule runs on the device with the rest of its function.
 """
 from __future__ import annotations
 
@@ -26,24 +35,35 @@ import numpy as np
 
 from records import Database, TuningRecord
 from schedules.default_schedule import default_candidate
+from schedules.errors import ScheduleError
 from schedules.postproc import replay
+from schedules.rules import create as create_rule
 from schedules.schedule import Schedule
+from schedules.space import Candidate, DesignSpace
 from schedules.trace import Trace
 from tensor_ir.errors import BuildError, TensorIRError
 from tensor_ir.func import PrimFunc
-from tensor_ir.target import Target
+from tensor_ir.target import Target, TargetError
 
 from .build import build
 from .executor import BuildReport, Executor, FunctionReport, Step
 from .frontends import load_model
+from .gpu import build_gpu, device_context
 from .graph.ir import Model
 from .graph.operators import VIEW
 from .graph.passes import plan_memory
 from .graph.tasks import partition
 from .prepack import split_packing
 
-__all__ = ["build_model", "default_schedule", "database_lookup", "DefaultScheduleWarning",
-           "MissingRecordWarning", "clear_caches"]
+__all__ = [
+    "DefaultScheduleWarning",
+    "MissingRecordWarning",
+    "build_model",
+    "clear_caches",
+    "database_lookup",
+    "default_schedule",
+    "gpu_default_candidate",
+]
 
 Lookup = Callable[[PrimFunc], object]
 
@@ -55,6 +75,9 @@ class MissingRecordWarning(UserWarning):
 class DefaultScheduleWarning(UserWarning):
     """No default schedule could be sampled for a function; it runs as a plain loop nest."""
 
+
+# The GPU rules of a default schedule (see gpu_default_candidate).
+GPU_DEFAULT_RULES = ("auto_inline", "auto_bind")
 
 # Process-wide caches: (target, workload key) -> scheduled func; (target, scheduled hash) ->
 # kernel.  Bounded so that a long session building many models does not grow without end.
@@ -87,15 +110,35 @@ def clear_caches() -> None:
         _kernels.clear()
 
 
+def gpu_default_candidate(func: PrimFunc, target: Target, seed: int = 0) -> Candidate | None:
+    """The default schedule of ``func`` on a GPU target: a sample drawn with ``seed`` from the
+    space of the GPU rules that inline and bind (GPU_DEFAULT_RULES: one output element per
+    thread, reductions serial in their thread), else from the full GPU space; None when
+    neither yields a valid program.
+
+    NOTE: the tiled programs of the full space (shared-memory staging, barriers) are left to
+    tuning on purpose.  The tuner runs each candidate in an isolated worker, where a program
+    that faults the OpenCL runtime costs one record; a default schedule runs in the caller's
+    process, and PoCL was seen to crash on a valid-looking staged sample."""
+    for rules in ([create_rule(kind) for kind in GPU_DEFAULT_RULES], None):
+        try:
+            return DesignSpace(func, target, rules=rules).sample(seed=seed)
+        except (ScheduleError, TensorIRError):
+            continue
+    return None
+
+
 def default_schedule(func: PrimFunc, target: Target, seed: int = 0) -> PrimFunc | None:
-    """The default schedule of ``func`` (schedules.default_schedule: the program the tuner
-    measures first), cached for the process; None when the space yields no valid program."""
+    """The default schedule of ``func`` (on a CPU schedules.default_schedule: the program the
+    tuner measures first; on a GPU :func:`gpu_default_candidate`), cached for the process;
+    None when the space yields no valid program."""
     key = (str(target), func.structural_hash(), seed)
     cached = _cache_get(_schedules, key)
     if cached is not None:
         return cached
+    pick = gpu_default_candidate if target.is_gpu else default_candidate
     try:
-        candidate = default_candidate(func, target, seed)
+        candidate = pick(func, target, seed)
     except (TensorIRError, RecursionError):
         candidate = None
     if candidate is None:
@@ -137,7 +180,8 @@ def _compile(func: PrimFunc, target: Target, name: str):
     key = (str(target), func.structural_hash())
     kernel = _cache_get(_kernels, key)
     if kernel is None:
-        kernel = build(func, target, name=name)
+        compile_one = build_gpu if target.kind == "opencl" else build
+        kernel = compile_one(func, target, name=name)
         _cache_put(_kernels, key, kernel)
     return kernel
 
@@ -145,7 +189,9 @@ def _compile(func: PrimFunc, target: Target, name: str):
 def build_model(model, target: str | Target | None = "llvm", database=None,
                 lookup: Lookup | None = None, seed: int = 0, warn: bool = True,
                 prepack: bool = True) -> Executor:
-    """Compile ``model`` (a Model, or anything ``load_model`` takes) for ``target``.
+    """Compile ``model`` (a Model, or anything ``load_model`` takes) for ``target``: a CPU
+    (``llvm``) target gives an Executor, an ``opencl`` one a GPUExecutor (see the module
+    text; BuildError when no OpenCL device matches the target).
 
     ``lookup(func) -> trace | None`` supplies tuning records (``apply_history_best`` passes
     one); ``database`` (a records.Database or a path) builds such a lookup; with neither, every
@@ -153,10 +199,16 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
     without a record is reported in one MissingRecordWarning.  The returned executor's
     ``report`` says which functions used a record, weighted by their share of FLOPs.
     ``prepack``: a schedule's packing of a weight into another layout is done once here (see
-    autotune.prepack) rather than in every call."""
+    autotune.prepack) rather than in every call (CPU targets)."""
     if not isinstance(model, Model):
         model = load_model(model)
     target = Target("llvm" if target is None else target)
+    on_gpu = target.kind == "opencl"
+    if target.kind not in ("llvm", "opencl"):
+        raise TargetError(f"build_model builds models for llvm (CPU) and opencl targets; "
+                          f"{str(target)!r} is a {target.kind} target")
+    # A missing device or OpenCL runtime is named before any function is scheduled.
+    context = device_context(target) if on_gpu else None
     if database is not None:
         if lookup is not None:
             raise BuildError("build_model: pass database= or lookup=, not both")
@@ -216,7 +268,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
         gf = funcs[group.output]
         kernel, args = kernels[gf.key], gf.params + [group.output]
         constant = frozenset(k for k, v in enumerate(gf.params) if v in optimized.constants)
-        if constant and prepack:
+        if constant and prepack and not on_gpu:
             split = splits.get((gf.key, constant))
             if split is None:
                 split = splits[gf.key, constant] = _split_packing(
@@ -226,6 +278,10 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
                                                       packed)
         steps.append(Step(group.name, kernel, args, gf.key))
     plan = plan_memory(optimized, groups)
+    if on_gpu:
+        from .gpu_executor import GPUExecutor
+
+        return GPUExecutor(optimized, steps, plan, views, report, str(target), context)
     return Executor(optimized, steps, plan, views, report, str(target), extra_constants=packed)
 
 

@@ -26,6 +26,10 @@ others go on.  At the end the best candidates of each task tuned in this run are
 the report is stored in the database (``tune-model report`` reprints it), and the model is
 built from the database to report its coverage (share of FLOPs served by records);
 ``min_coverage`` makes a lower coverage an error.
+
+``target="opencl"`` tunes the tasks on this machine's OpenCL device (the GPU design space,
+kernels timed by the local runner through pyopencl) and builds the model there at the end
+(autotune.gpu_executor); a target whose device is missing is refused before any work.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ import cost_models
 import search
 from records import Database
 from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
+from tensor_ir.errors import BuildError
 from tensor_ir.target import Target
 
 from .executor import BuildReport
@@ -200,6 +205,15 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         raise TuneError(f"tune_model: min_coverage is a share of FLOPs in [0, 1], got "
                         f"{min_coverage!r}")
     target = target if isinstance(target, Target) else Target(target)
+    if target.kind == "opencl" and runner is None:
+        # The local runner times every candidate on this machine's OpenCL device, and the
+        # model is built on it at the end: without one, every trial would fail.
+        from .gpu import device_context
+
+        try:
+            device_context(target)
+        except BuildError as err:
+            raise TuneError(f"tune_model: target {target}: {err}") from None
     now = time.time()
     limits = [d for d in (deadline, None if time_budget is None
                           else now + parse_duration(time_budget)) if d is not None]
