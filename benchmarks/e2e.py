@@ -1,11 +1,12 @@
 """End-to-end model latency: default schedules, after tuning budgets, and onnxruntime.
 
-    python -m benchmarks.e2e                                  # resnet18 and bert_base_layer
+    python -m benchmarks.e2e                 # resnet18, mobilenet_v2 and bert_base_layer
     python -m benchmarks.e2e --budgets 1000,4000 --db e2e.db  # resumable: rerun to continue
     python -m benchmarks.e2e --models bert_base_layer --budgets 200
     python -m benchmarks.e2e --small --budgets 8               # shrunk models: a quick check
 
-For each model (resnet18: batch 1, 3x224x224; bert_base_layer: batch 1, seq 128, hidden 768)
+For each model (resnet18 and mobilenet_v2: batch 1, 3x224x224; bert_base_layer: batch 1, seq
+128, hidden 768)
 it prints, as one JSON document: the number of tasks; the end-to-end latency built with the
 default schedules; for every budget (the model's total trials in the database, so budgets are
 reached one after the other and a stopped run continues where it was) the tuning time spent,
@@ -29,8 +30,9 @@ import time
 
 import numpy as np
 
-MODELS = ("resnet18", "bert_base_layer")
+MODELS = ("resnet18", "mobilenet_v2", "bert_base_layer")
 SMALL_OPTIONS = {"resnet18": {"image_size": 32, "width": 8, "num_classes": 10},
+                 "mobilenet_v2": {"image_size": 32, "width": 0.25, "num_classes": 10},
                  "bert_base_layer": {"seq": 16, "hidden": 64, "heads": 2, "ffn": 128}}
 
 
@@ -71,6 +73,13 @@ def to_onnx(model, opset: int = 17):
             op = {"relu": "Relu", "add": "Add", "divide": "Div", "subtract": "Sub",
                   "multiply": "Mul", "sigmoid": "Sigmoid", "tanh": "Tanh"}[node.op]
             add(op, x, out)
+        elif node.op == "clip":  # relu6 of MobileNetV2; opset 11+ takes the bounds as inputs
+            dtype = np.dtype(model.types[x[0]].dtype)
+            bounds = ["" if a.get(b) is None else const(np.array(a[b], dtype), b)
+                      for b in ("min", "max")]
+            while bounds and bounds[-1] == "":
+                bounds.pop()
+            add("Clip", [x[0], *bounds], out)
         elif node.op == "max_pool2d":
             add("MaxPool", x, out, kernel_shape=list(a["kernel"]), strides=list(a["strides"]),
                 pads=list(a["pads"]))

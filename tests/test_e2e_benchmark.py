@@ -13,12 +13,13 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 
-def test_export_matches_our_build_for_both_zoo_models():
+def test_export_matches_our_build_for_every_benchmarked_zoo_model():
     import autotune
     from autotune.model_build import build_model
-    from benchmarks.e2e import SMALL_OPTIONS, onnxruntime_session, to_onnx
+    from benchmarks.e2e import MODELS, SMALL_OPTIONS, onnxruntime_session, to_onnx
 
-    for name in ("resnet18", "bert_base_layer"):
+    assert set(MODELS) == {"resnet18", "mobilenet_v2", "bert_base_layer"}
+    for name in MODELS:
         model = autotune.load_model(name, **SMALL_OPTIONS[name])
         feed = {n: np.random.default_rng(0).uniform(-1, 1, t.shape).astype(t.dtype)
                 for n, t in model.input_types().items()}
