@@ -15,6 +15,10 @@ The post-processors finish it, through Schedule primitives so that what they do 
                                    extent reaches the sampled value, run them on threads;
                                    meta_schedule.unroll_explicit: pragma_auto_unroll_max_step
                                    on each top-level loop
+    RewriteUnrollGPU               a GPU-tiled block's meta_schedule.unroll_explicit:
+                                   pragma_auto_unroll_max_step on the outermost loop of its
+                                   nest (the blockIdx loop; the code generator unrolls the
+                                   loops under it that fit the step)
     VerifyCPU / VerifyGPU          reject (return False) programs the target cannot run well
 
 The final trace is the decided trace, a two-instruction marker (``get_block("root")`` and
@@ -43,6 +47,7 @@ from .dependence import carried_dependence, reduce_feeder
 from .errors import ScheduleError
 from .primitives import annotate_ops
 from .primitives import loops as loop_ops
+from .rules.multi_level_tiling_gpu import MAX_VTHREAD
 from .rules.parallel_vectorize_unroll import (
     MAX_VECTOR_EXTENT, PARALLEL_KEY, UNROLL_KEY, VECTORIZE_KEY,
 )
@@ -285,6 +290,26 @@ def _nest_heads(sch: Schedule) -> list[str]:
     return names
 
 
+class RewriteUnrollGPU(Postproc):
+    """Realise the ``meta_schedule.unroll_explicit`` annotation the GPU tiling rule puts on
+    the block it tiles (see the module text).  MetaSchedule annotates the first loop of each
+    nest under the root; a GPU-tiled block's nest holds its init, fetches and write-back too,
+    so all of them are under the pragma."""
+
+    def apply(self, sch: Schedule) -> bool:
+        for loc in tree.all_blocks(sch.func):
+            block = loc.node.block
+            if block.name == "root" or UNROLL_KEY not in dict(block.annotations):
+                continue
+            step = int(dict(block.annotations)[UNROLL_KEY] or 0)
+            rv = sch.get_block(block.name)
+            sch.unannotate(rv, UNROLL_KEY)
+            loops = sch.get_loops(rv)
+            if step > 0 and loops:
+                sch.annotate(loops[0], UNROLL_PRAGMA, step)
+        return True
+
+
 # ---------------------------------------------------------------------------------------------
 # Verifiers
 # ---------------------------------------------------------------------------------------------
@@ -351,21 +376,23 @@ def _stmt_children(node):
 
 
 class VerifyGPU(Postproc):
-    """Limits of a CUDA target: threads per block (in all and along each axis) and shared
-    memory per block (counted on the compacted tiles)."""
+    """Limits of a CUDA target: threads per block (in all and along each axis), virtual
+    threads per kernel and shared memory per block (counted on the compacted tiles)."""
 
     rewrites = False
 
-    def __init__(self):
+    def __init__(self, max_vthread: int = MAX_VTHREAD):
         self.max_threads = 1024
         self.max_shared = 48 * 1024
+        self.max_vthread = max_vthread
 
     def initialize(self, target: Target) -> None:
         self.max_threads = target.max_threads_per_block or self.max_threads
         self.max_shared = target.max_shared_memory_per_block or self.max_shared
 
     def apply(self, sch: Schedule) -> bool:
-        return verify_gpu(sch.func, self.max_threads, self.max_shared) is None
+        return verify_gpu(sch.func, self.max_threads, self.max_shared,
+                          self.max_vthread) is None
 
 
 # Per-axis block dimensions CUDA allows (every GPU candidate must also build for CUDA; OpenCL
@@ -373,9 +400,15 @@ class VerifyGPU(Postproc):
 MAX_THREAD_EXTENT = {"threadIdx.x": 1024, "threadIdx.y": 1024, "threadIdx.z": 64}
 
 
-def verify_gpu(func, max_threads: int, max_shared: int) -> str | None:
-    """Why ``func`` breaks a GPU limit, or None."""
+def verify_gpu(func, max_threads: int, max_shared: int,
+               max_vthread: int = MAX_VTHREAD) -> str | None:
+    """Why ``func`` breaks a GPU limit, or None.  Virtual threads count per kernel: the
+    product of the vthread loops around each statement (nested ones multiply, as their
+    iterations all run in one real thread)."""
     threads: dict[str, int] = {}
+    vthreads = _max_vthreads(func.body)
+    if vthreads is not None and vthreads[0] > max_vthread:
+        return f"{vthreads[0]} virtual threads (loop {vthreads[1]}) > {max_vthread}"
     for loop in collect(func.body, For):
         if loop.kind == THREAD_BINDING and loop.thread_binding.startswith("threadIdx"):
             if not isinstance(loop.extent, IntImm):
@@ -411,6 +444,28 @@ def verify_gpu(func, max_threads: int, max_shared: int) -> str | None:
 # Driver
 # ---------------------------------------------------------------------------------------------
 
+def _max_vthreads(body) -> tuple[int, str] | None:
+    """(the largest product of nested vthread loops, the innermost loop of it), or None when
+    there is no vthread loop; a non-constant extent counts as unbounded."""
+    best: tuple[int, str] | None = None
+
+    def visit(node, product: int):
+        nonlocal best
+        if isinstance(node, For):
+            if node.kind == THREAD_BINDING and node.thread_binding == "vthread":
+                extent = node.extent.value if isinstance(node.extent, IntImm) else 1 << 30
+                product *= extent
+                if best is None or product > best[0]:
+                    best = (product, node.loop_var.name)
+            visit(node.body, product)
+            return
+        for child in _stmt_children(node):
+            visit(child, product)
+
+    visit(body, 1)
+    return best
+
+
 def default_postprocs(target: Target) -> list[Postproc]:
     """The post-processors of ``target``'s kind, initialised for it."""
     if not isinstance(target, Target):
@@ -418,7 +473,7 @@ def default_postprocs(target: Target) -> list[Postproc]:
                             f"{type(target).__name__}")
     if target.is_gpu:
         procs: list[Postproc] = [DecomposeReductionsGPU(), RewriteParallelVectorizeUnroll(),
-                                 VerifyGPU()]
+                                 RewriteUnrollGPU(), VerifyGPU()]
     else:
         procs = [DecomposeReductions(), RewriteParallelVectorizeUnroll(), VerifyCPU()]
     for proc in procs:
@@ -466,6 +521,6 @@ def strip_postproc(trace: Trace) -> Trace:
 
 
 __all__ = ["Postproc", "DecomposeReductions", "DecomposeReductionsGPU",
-           "RewriteParallelVectorizeUnroll", "VerifyCPU",
+           "RewriteParallelVectorizeUnroll", "RewriteUnrollGPU", "VerifyCPU",
            "VerifyGPU", "default_postprocs", "apply_postprocs", "replay", "strip_postproc",
            "verify_cpu", "verify_gpu", "MAX_THREAD_EXTENT", "POSTPROC_MARKER"]

@@ -12,6 +12,13 @@ goes into the launch configuration.  Every other loop prints as ``for``; a loop 
 ``vthread`` (a thread's strided share of the work, one virtual thread after another) and an
 unrolled loop carry ``#pragma unroll``.
 
+Auto-unroll.  A loop annotated ``pragma_auto_unroll_max_step`` (a GPU-tiled nest's blockIdx
+loop, see schedules.postproc.RewriteUnrollGPU) sets a step for the loops under it, as the CPU
+code generator does: a serial loop of constant extent whose iterations, counted as the leaf
+statements they run with every loop inside unrolled, are at most the step carries ``#pragma
+unroll`` (nvcc and the OpenCL compilers built on clang, PoCL's among them, unroll it fully).
+A small register tile so unrolled is indexed by constants and kept in registers.
+
 Several kernels.  A function whose top level is a sequence of nests (each stage bound to
 blockIdx / threadIdx on its own, with its own extents) prints, through :func:`gpu_module`, as
 one kernel per statement of the sequence, launched in that order: a kernel boundary is the
@@ -36,13 +43,14 @@ A barrier must be reached by every thread of the block, so one that would sit un
 flow depending on a thread index (a predicate, a loop bound) is refused with a BuildError
 rather than printed (it would hang or be undefined).
 
-Vector accesses.  A vectorized loop of 2 or 4 lanes whose body is one store to a global
-float32 / int32 buffer at consecutive elements from an offset the lane count divides (a proof
-from the index's form) prints as one vector store (CUDA ``*(float4*)&C[i] = make_float4(...)``,
-OpenCL ``vstore4``), each load of the value meeting the same conditions as one vector load
-(``*(float4*)&A[i]``, ``vload4``) and the others lane by lane.  Any other vectorized loop (a
-predicate around the store, a stride, an offset not known to be aligned) prints as an
-unrolled scalar loop.
+Vector accesses.  A vectorized loop of 2 or 4 lanes whose body is one store to a global or
+shared float32 / int32 buffer at consecutive elements from an offset the lane count divides (a
+proof from the index's form) prints as one vector store (CUDA ``*(float4*)&C[i] =
+make_float4(...)``, OpenCL ``vstore4``), each load of the value meeting the same conditions as
+one vector load (``*(float4*)&A[i]``, ``vload4``) and the others lane by lane.  A shared buffer
+accessed so is declared aligned to the vector (a cooperative fetch copying float4s).  Any
+other vectorized loop (a predicate around the store, a stride, an offset not known to be
+aligned) prints as an unrolled scalar loop.
 
 Semantics kept from the IR: integer ``//`` and ``%`` are floor division and modulo (printed as
 C's ``/`` and ``%`` where both operands are provably non-negative, otherwise through small
@@ -313,11 +321,14 @@ class _Printer:
         self.thread_vars: set = set()  # vars holding a launch index
         self.nonneg: set = set()  # vars known to be >= 0
         self.shared: list[Buffer] = []
+        self.aligned: dict = {}  # shared Buffer -> bytes its declaration is aligned to
         self.helpers: set[str] = set()
         self.float_helpers: set[str] = set()
         self.lines: list[str] = []
         self.depth = 1
         self.in_threads = 0  # threadIdx loops around the statement being printed
+        self.auto_unroll = 0  # the pragma_auto_unroll_max_step in force (0: none)
+        self._steps: dict[int, tuple] = {}  # id(stmt) -> (stmt, leaf statements it runs)
         self.dtypes: set[str] = set()  # dtypes printed (for the includes / extensions)
 
     # -- names and types --------------------------------------------------------------------------
@@ -381,7 +392,14 @@ class _Printer:
         for buf in self.shared:
             qualifier = "__shared__" if self.dialect == "cuda" else "__local"
             size = math.prod(const_shape(buf, "gpu codegen"))
-            self.emit(f"{qualifier} {self.ctype(buf.dtype, buf.name)} {self.names[buf]}[{size}];")
+            ctype, name = self.ctype(buf.dtype, buf.name), self.names[buf]
+            align = self.aligned.get(buf)
+            if align is None:
+                self.emit(f"{qualifier} {ctype} {name}[{size}];")
+            elif self.dialect == "cuda":
+                self.emit(f"{qualifier} __align__({align}) {ctype} {name}[{size}];")
+            else:
+                self.emit(f"{qualifier} {ctype} {name}[{size}] __attribute__((aligned({align})));")
         decls = self.lines
         head = (f'extern "C" __global__ void {entry}(' if self.dialect == "cuda"
                 else f"__kernel void {entry}(")
@@ -500,6 +518,39 @@ class _Printer:
         self.emit(self.barrier())
 
     def loop(self, s: For, divergent: bool) -> None:
+        step = s.annotation("pragma_auto_unroll_max_step") if s.annotations else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            self.loop_kind(s, divergent)
+            return
+        saved, self.auto_unroll = self.auto_unroll, step
+        try:
+            self.loop_kind(s, divergent)
+        finally:
+            self.auto_unroll = saved
+
+    def steps(self, s) -> int:
+        """Leaf statements ``s`` runs when every constant loop in it is unrolled (a huge
+        number for a loop of non-constant extent); thread-bound loops count as one
+        iteration, since each thread runs one."""
+        key = id(s)
+        if key in self._steps:
+            return self._steps[key][1]
+        if isinstance(s, SeqStmt):
+            n = sum(self.steps(x) for x in s.stmts)
+        elif isinstance(s, For):
+            launched = s.kind == THREAD_BINDING and s.thread_binding != "vthread"
+            n = self.steps(s.body) * (1 if launched else s.extent.value
+                                      if isinstance(s.extent, IntImm) else 1 << 40)
+        elif isinstance(s, IfThenElse):
+            n = self.steps(s.then_case) + (self.steps(s.else_case) if s.else_case else 0)
+        elif isinstance(s, (LetStmt, Allocate)):
+            n = self.steps(s.body)
+        else:
+            n = 1
+        self._steps[key] = (s, n)  # keeps s alive, so that its id stays unique
+        return n
+
+    def loop_kind(self, s: For, divergent: bool) -> None:
         axis = s.thread_binding if s.kind == THREAD_BINDING else None
         if axis in _BLOCK_AXES or axis in _THREAD_AXES:
             self.bound_loop(s, axis, divergent)
@@ -518,8 +569,10 @@ class _Printer:
         # A vthread loop is the thread's strided share of work, run one virtual thread after
         # another: unrolled, its iterations' independent loads and arithmetic interleave.  A
         # vectorized loop that is not one vector store is unrolled into its scalar lanes.
+        # Under auto-unroll, a loop whose whole execution fits the step is unrolled too.
         if s.kind == UNROLLED or (s.kind == VECTORIZED or axis == "vthread") \
-                and isinstance(s.extent, IntImm):
+                and isinstance(s.extent, IntImm) or self.auto_unroll > 0 \
+                and isinstance(s.extent, IntImm) and self.steps(s) <= self.auto_unroll:
             self.emit("#pragma unroll")
         self.emit(f"for ({ctype} {name} = {begin}; {name} < {end}; ++{name}) {{")
         inner = divergent or bounds_vary
@@ -547,9 +600,10 @@ class _Printer:
         def vector_base(buf, indices):
             """The flat offset of lane 0 when lanes are consecutive elements from an offset
             that is a multiple of the lane count, else None."""
-            # Global memory only: its allocations are aligned to the vector, a shared or
-            # per-thread array need not be.
-            if buf.dtype not in _VECTOR_DTYPES or buf.scope != "global":
+            # Global memory, whose allocations are aligned to the vector, and shared memory,
+            # whose declaration (printed after the body) is then aligned to it; a per-thread
+            # array need not be.
+            if buf.dtype not in _VECTOR_DTYPES or buf.scope not in ("global", "shared"):
                 return None
             flat = flat_index(buf, indices, "gpu codegen")
             at = [simplify_expr(substitute(flat, {v: IntImm(start + lane, v.dtype)}))
@@ -558,7 +612,11 @@ class _Printer:
                 step = simplify_expr(binary("-", at[lane], at[0]))
                 if not (isinstance(step, IntImm) and step.value == lane):
                     return None
-            return at[0] if _multiple_of(at[0], lanes) else None
+            if not _multiple_of(at[0], lanes):
+                return None
+            if buf.scope == "shared":
+                self.aligned[buf] = max(self.aligned.get(buf, 0), lanes * dt.nbytes(buf.dtype))
+            return at[0]
 
         base = vector_base(store.buffer, store.indices)
         if base is None or uses_var(base, v):

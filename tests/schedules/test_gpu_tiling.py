@@ -140,10 +140,12 @@ def test_mutated_tile_moves_the_fetch_with_the_threads():
     space = DesignSpace(func, Target("opencl"))
     cand = space.sample(seed=0, sketch=_tiled_sketch(space))
     tiles = [k for k, inst in enumerate(cand.trace) if inst.kind == "sample_perfect_tile"]
-    # The innermost spatial loop (j, extent 48) is sampled first: [block, thread, S2, S3].
+    # The innermost spatial loop (j, extent 48) is sampled first: [block, vthread, thread,
+    # S3, S4].
     first = tiles[0]
-    assert len(cand.trace[first].decision) == 4
-    for decision, threads in (([2, 8, 3, 1], 8), ([1, 16, 1, 3], 16)):
+    assert len(cand.trace[first].decision) == 5
+    for decision, threads in (([2, 1, 8, 3, 1], 8), ([1, 1, 16, 1, 3], 16),
+                              ([1, 2, 8, 3, 1], 8)):
         mutated = space.replay(cand.trace.with_decision(first, decision))
         assert mutated is not None
         tx = [loop for loop in collect(mutated.func.body, For)
