@@ -29,9 +29,10 @@ Rules for GPUs (``cuda``, ``opencl``), in order:
     auto_inline               as for CPUs
     cross_thread_reduction    row reductions over the threads of a block (one block per row),
                               with their per-row consumer in the same kernel
-    multi_level_tiling_gpu    "SSRRSRS" tiling of reductions with data reuse: blockIdx /
-                              threadIdx levels, shared-memory cooperative fetch of the
-                              operands, register-level accumulator written back per thread
+    multi_level_tiling_gpu    "SSSRRSRS" tiling of reductions with data reuse: blockIdx /
+                              vthread / threadIdx levels, shared-memory cooperative fetch
+                              of the operands (vectorised), register-level accumulator
+                              written back per thread, a sampled unroll step
     auto_bind                 fuse, split by a sampled threads-per-block and bind to
                               blockIdx.x / threadIdx.x every block left unbound
 """
