@@ -99,7 +99,7 @@ from ..stmt import (
     SeqStmt,
 )
 from ..visitor import collect, free_vars, substitute, transform, uses_var, walk
-from .common import const_shape, flat_index
+from .common import const_shape, flat_index, unrolled_steps
 
 __all__ = ["DIALECTS", "GPUModule", "GPUParam", "GPUSource", "gpu_module", "gpu_source",
            "split_kernels"]
@@ -112,6 +112,12 @@ _VECTOR_DTYPES = ("float32", "int32")
 # Launch axes, in the order of the grid / block tuples.
 _BLOCK_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 _THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def _launched(loop: For) -> bool:
+    """A loop the launch runs (bound to a block or thread index): one iteration per thread.
+    A vthread loop is run by every thread in turn, so it counts its whole extent."""
+    return loop.kind == THREAD_BINDING and loop.thread_binding != "vthread"
 _OPENCL_INDEX = {**{a: f"get_group_id({i})" for i, a in enumerate(_BLOCK_AXES)},
                  **{a: f"get_local_id({i})" for i, a in enumerate(_THREAD_AXES)}}
 
@@ -532,23 +538,7 @@ class _Printer:
         """Leaf statements ``s`` runs when every constant loop in it is unrolled (a huge
         number for a loop of non-constant extent); thread-bound loops count as one
         iteration, since each thread runs one."""
-        key = id(s)
-        if key in self._steps:
-            return self._steps[key][1]
-        if isinstance(s, SeqStmt):
-            n = sum(self.steps(x) for x in s.stmts)
-        elif isinstance(s, For):
-            launched = s.kind == THREAD_BINDING and s.thread_binding != "vthread"
-            n = self.steps(s.body) * (1 if launched else s.extent.value
-                                      if isinstance(s.extent, IntImm) else 1 << 40)
-        elif isinstance(s, IfThenElse):
-            n = self.steps(s.then_case) + (self.steps(s.else_case) if s.else_case else 0)
-        elif isinstance(s, (LetStmt, Allocate)):
-            n = self.steps(s.body)
-        else:
-            n = 1
-        self._steps[key] = (s, n)  # keeps s alive, so that its id stays unique
-        return n
+        return unrolled_steps(s, self._steps, _launched)
 
     def loop_kind(self, s: For, divergent: bool) -> None:
         axis = s.thread_binding if s.kind == THREAD_BINDING else None

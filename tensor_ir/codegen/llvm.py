@@ -62,7 +62,7 @@ from ..stmt import (
 )
 from ..visitor import walk
 from . import fastmath
-from .common import const_shape, flat_index
+from .common import const_shape, flat_index, unrolled_steps
 from .parallel import ParallelMixin
 from .tensor_intrin import TensorIntrinMixin
 from .types import (
@@ -411,22 +411,7 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
     def steps(self, s) -> int:
         """Leaf statements executed by ``s`` when every constant loop in it is unrolled
         (a huge number when a loop has a non-constant extent)."""
-        key = id(s)
-        if key in self._steps:
-            return self._steps[key][1]
-        if isinstance(s, SeqStmt):
-            n = sum(self.steps(x) for x in s.stmts)
-        elif isinstance(s, For):
-            n = (s.extent.value * self.steps(s.body) if isinstance(s.extent, IntImm)
-                 else 1 << 40)
-        elif isinstance(s, IfThenElse):
-            n = self.steps(s.then_case) + (self.steps(s.else_case) if s.else_case else 0)
-        elif isinstance(s, (LetStmt, Allocate)):
-            n = self.steps(s.body)
-        else:
-            n = 1
-        self._steps[key] = (s, n)  # keep s alive so its id stays unique
-        return n
+        return unrolled_steps(s, self._steps)
 
     def _unroll(self, s: For, extent: int) -> None:
         begin = self.index_value(s.min, s.loop_var.dtype)

@@ -252,9 +252,10 @@ def test_tune_model_cli_with_ray(cluster, tmp_path):
 def test_intrinsics_registered_here_are_built_and_measured_on_the_nodes(cluster, builder):
     """A candidate tensorized with an intrinsic registered in this (driving) process only:
     its definition travels with the build task and the measurement request."""
-    from schedules import Schedule
     from tensor_ir import intrinsics, te
     from tensor_ir.intrinsics import ReferenceImpl
+
+    from ..schedules.test_tensorize import schedule_dot
 
     name = "test_ray_ref_dot_4x2"
     a = te.placeholder((2,), "float32", name="A")
@@ -263,14 +264,7 @@ def test_intrinsics_registered_here_are_built_and_measured_on_the_nodes(cluster,
     c = te.compute((4,), lambda i: te.sum(a[r] * b[i, r], axis=r), name="C")
     intrinsics.register(name, te.create_prim_func([a, b, c], name=name), ReferenceImpl(),
                         override=True)
-    sch = Schedule(REFERENCE)
-    block = sch.get_block("C")
-    i, j, k = sch.get_loops(block)
-    jo, ji = sch.split(j, [None, 4])
-    ko, ki = sch.split(k, [None, 2])
-    sch.reorder(i, jo, ko, ji, ki)
-    sch.decompose_reduction(block, ko)
-    sch.tensorize(ji, name)
+    sch, _ = schedule_dot(REFERENCE, 4, name, pack=False, k_tile=2)
     inputs = inputs_for([sch.func])
     (build,) = builder.build(inputs)
     assert build.ok, build.error

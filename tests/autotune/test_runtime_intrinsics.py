@@ -16,27 +16,18 @@ import pytest
 
 import autotune
 from autotune.measure import MeasureConfig
-from schedules import Schedule
 from tensor_ir import intrinsics, te
 from tensor_ir.intrinsics import ExternCImpl, IntrinsicError, LLVMImpl, ReferenceImpl
 from tensor_ir.intrinsics.builtin import _emit_vnni
 from tensor_ir.target import Target
 
+from ..schedules.test_tensorize import C_TILE as TENSORIZE_C_TILE
+from ..schedules.test_tensorize import schedule_dot
+
 QUICK = MeasureConfig(repeat=2, min_repeat_ms=1.0)
 
-C_TILE = r"""
-#include <stdint.h>
-/* C[i] += sum_k A[k] * B[i, k] on an 8 x 4 tile with arbitrary element strides. */
-void rt_tile_mac_8x4(const int8_t *a, int64_t a0, const int8_t *b, int64_t b0, int64_t b1,
-                     int32_t *c, int64_t c0) {
-    for (int i = 0; i < 8; ++i) {
-        int32_t acc = 0;
-        for (int k = 0; k < 4; ++k)
-            acc += (int32_t)a[k * a0] * (int32_t)b[i * b0 + k * b1];
-        c[i * c0] += acc;
-    }
-}
-"""
+# The C tile of the tensorize tests under a symbol of its own.
+C_TILE = TENSORIZE_C_TILE.replace("tile_mac_8x4", "rt_tile_mac_8x4")
 
 
 def _int8_matmul(m, n, k, a_dtype="int8"):
@@ -92,15 +83,7 @@ def _tensorized_trials(result) -> tuple[int, int]:
 # ---------------------------------------------------------------------------------------------
 
 def test_builtins_do_not_travel():
-    sch = Schedule(_int8_matmul(16, 32, 16, a_dtype="uint8"))
-    c = sch.get_block("C")
-    sch.pack_layout(c, "B", lambda kk, n: (n // 16, kk // 4, n % 16, kk % 4))
-    i, j, kk = sch.get_loops(c)
-    jo, ji = sch.split(j, [None, 16])
-    ko, ki = sch.split(kk, [None, 4])
-    sch.reorder(i, jo, ko, ji, ki)
-    sch.decompose_reduction(c, ko)
-    sch.tensorize(ji, intrinsics.VNNI_DOT)
+    sch, _ = schedule_dot(_int8_matmul(16, 32, 16, a_dtype="uint8"), 16, intrinsics.VNNI_DOT)
     assert intrinsics.used_in(sch.func) == [intrinsics.VNNI_DOT]
     assert intrinsics.portables(sch.func) == []
 
@@ -108,7 +91,7 @@ def test_builtins_do_not_travel():
 @pytest.mark.parametrize("kind", ["extern_c", "reference", "llvm"])
 def test_portable_definition_installs_the_same_intrinsic(kind):
     name = f"test_rt_portable_{kind}"
-    impl = {"extern_c": ExternCImpl("some_symbol", "/opt/lib/libtile.so"),
+    impl = {"extern_c": ExternCImpl("some_symbol", "libtile.so"),
             "reference": ReferenceImpl(),
             "llvm": LLVMImpl(_emit_vnni, arch=("x86_64",), features=("+avx512vnni",))}[kind]
     desc = intrinsics.dot_description(16, "uint8", "int8", name)

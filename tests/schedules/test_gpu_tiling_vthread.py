@@ -9,7 +9,6 @@ fetch with a sampled vector length copies float2 / float4 into aligned shared me
 from __future__ import annotations
 
 import random
-import shutil
 import subprocess
 
 import numpy as np
@@ -39,17 +38,7 @@ from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_for_gpu
 from tensor_ir.visitor import collect
 
-
-def _opencl_ready() -> bool:
-    try:
-        from autotune.gpu import opencl_available
-    except ImportError:
-        return False
-    return opencl_available()
-
-
-needs_opencl = pytest.mark.skipif(not _opencl_ready(), reason="no OpenCL device (PoCL)")
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+from .test_gpu_tiling import needs_nvcc, needs_opencl
 
 CASES = {
     "matmul_square": ("matmul", {"M": 64, "N": 64, "K": 64}),
