@@ -11,9 +11,12 @@ copies the inputs into their buffers, calls each kernel with pointers bound at b
 and returns copies of the outputs, so an executor is reusable; a lock makes concurrent calls
 take turns (one run at a time).  A model built for an ``opencl`` target runs in a
 GPUExecutor instead (autotune/gpu_executor.py): the same interface, its buffers on the device.
+``lib.export_library(folder)`` writes a CPU model as one shared library, its weights and a
+loader that needs numpy alone (autotune/export.py).
 """
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -238,6 +241,16 @@ class Executor:
     def memory_bytes(self) -> int:
         """Bytes of the planned intermediate, input and output buffers (not the weights)."""
         return self.plan.total_bytes
+
+    def export_library(self, path: str | os.PathLike) -> str:
+        """Write the model as a deployable folder at ``path``: one shared library holding
+        every kernel and an entry that runs them in order, the weights, a JSON description
+        and ``loader.py``, which loads and runs it with numpy and ctypes alone (see
+        autotune/export.py).  Returns the folder.  TargetError for a model built for a GPU;
+        BuildError when the kernels cannot be linked for this host."""
+        from .export import export_executor
+
+        return export_executor(self, path)
 
     def __repr__(self) -> str:
         return (f"Executor({self.model.name}, {len(self.steps)} kernels, "
