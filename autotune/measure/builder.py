@@ -62,14 +62,29 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+# How old a half-written owner file must be before its folder counts as abandoned.
+ABANDONED_SECONDS = 600.0
+
+
+def _abandoned(path: str) -> bool:
+    """A folder whose only entry is an old ``owner.json.part`` (see clean_stale_build_dirs)."""
+    if os.listdir(path) != [OWNER_FILE + ".part"]:
+        return False
+    age = time.time() - os.path.getmtime(os.path.join(path, OWNER_FILE + ".part"))
+    return age > ABANDONED_SECONDS
+
+
 def clean_stale_build_dirs(root: str | None = None) -> list[str]:
     """Remove the ``autotune-build-*`` folders under ``root`` (default: the temporary
     directory) whose owning process has died without removing them; returns their paths.
 
     A folder is removed only when its ``owner.json`` names this host and a process id that
-    no longer exists.  Folders without a readable owner file (being created right now, or
-    left by an older version) and those of other hosts (a temporary directory shared between
-    containers, whose process ids are not ours to check) are kept.
+    no longer exists, or when it holds nothing but an owner file left half-written
+    (``owner.json.part``) for over ABANDONED_SECONDS: writing it takes microseconds, so its
+    writer was killed in between (a Ray task cancelled at that moment).  Other folders
+    without a readable owner file (being created right now, or left by an older version) and
+    those of other hosts (a temporary directory shared between containers, whose process ids
+    are not ours to check) are kept.
     """
     if os.name != "posix":
         return []  # os.kill(pid, 0) is a liveness check on POSIX only
@@ -84,6 +99,11 @@ def clean_stale_build_dirs(root: str | None = None) -> list[str]:
         path = os.path.join(root, name)
         try:
             if os.path.islink(path) or not os.path.isdir(path):
+                continue
+            if _abandoned(path):
+                shutil.rmtree(path, ignore_errors=True)
+                if not os.path.exists(path):
+                    removed.append(path)
                 continue
             with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as f:
                 owner = json.load(f)

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -187,6 +188,27 @@ def test_a_builder_removes_only_the_build_folders_of_dead_owners(tmp_path, monke
     finally:
         builder.close()
     assert not os.path.exists(own)
+
+
+def test_a_folder_whose_owner_was_killed_while_marking_it_is_swept_once_old(tmp_path):
+    # Killed between creating the folder and renaming its owner file into place: nothing
+    # names the owner, but a half-written marker this old has no writer any more.
+    def plant(name: str, age: float, extra: bool = False):
+        path = tmp_path / name
+        path.mkdir()
+        part = path / (builder_module.OWNER_FILE + ".part")
+        part.write_text("")
+        if extra:
+            (path / "cand0000001.o").write_bytes(b"\0")
+        then = time.time() - age
+        os.utime(part, (then, then))
+        return path
+
+    old = plant("autotune-build-1-old", builder_module.ABANDONED_SECONDS + 60)
+    fresh = plant("autotune-build-2-new", 1.0)  # may be being written right now
+    busy = plant("autotune-build-3-busy", builder_module.ABANDONED_SECONDS + 60, extra=True)
+    assert builder_module.clean_stale_build_dirs(str(tmp_path)) == [str(old)]
+    assert not old.exists() and fresh.exists() and busy.exists()
 
 
 def test_the_folder_of_a_killed_tuner_is_removed_by_the_next_builder(tmp_path, monkeypatch):
