@@ -5,8 +5,11 @@ with one CPU name can still differ (a virtual machine that hides AVX-512, anothe
 The fingerprint adds the resolved facts: for a CPU target the triple, CPU name, the full set of
 enabled features and the vector width; for a GPU target the architecture.  Those are its
 *hardware* part: a record is applied only where the hardware part matches.  The library
-versions (LLVM, CUDA), the CPU model name and a GPU device name are kept for reports but do
-not decide (a new LLVM still runs a schedule tuned under the old one correctly).
+versions (LLVM, CUDA), the CPU model name and a CUDA device's name are kept for reports but do
+not decide (a new LLVM still runs a schedule tuned under the old one correctly).  An OpenCL
+device is the exception: its name is all the target string leaves to tell a GPU from PoCL on
+a CPU, whose limits (work-group size, local memory) and speed differ, so for ``opencl``
+targets the device name is part of the hardware.
 
 A fingerprint is computed by the process that resolves the target, i.e. from
 ``Target(target_string)`` on the machine that commits (or queries) the records.  A remote
@@ -22,8 +25,16 @@ from .keys import canonical_json
 
 __all__ = ["HARDWARE_FIELDS", "fingerprint_differences", "hardware_hash", "target_fingerprint"]
 
-# The fields that decide whether a record applies.
+# The fields that decide whether a record applies (for opencl targets also "device").
 HARDWARE_FIELDS = ("kind", "triple", "cpu", "features", "vector_bits", "arch")
+
+
+def _hardware_fields(fingerprint: Mapping) -> tuple:
+    # Only opencl adds a field, so the hash of every other fingerprint is what it was before
+    # (records already stored keep matching).
+    if fingerprint.get("kind") == "opencl":
+        return HARDWARE_FIELDS + ("device",)
+    return HARDWARE_FIELDS
 
 
 @lru_cache(maxsize=None)
@@ -50,8 +61,8 @@ def _cuda_version() -> str | None:
 
 
 def _opencl_device_name(target) -> str | None:
-    # Reported, not decisive: the device name is not in HARDWARE_FIELDS.  Empty facts (no
-    # OpenCL runtime here) leave it unknown rather than failing the record.
+    # Part of an opencl target's hardware (see _hardware_fields).  Empty facts (no OpenCL
+    # runtime here) leave it unknown rather than failing the record.
     from tensor_ir.target import opencl_device_facts
 
     return opencl_device_facts(dict(target.options).get("platform")).get("name")
@@ -78,7 +89,7 @@ def target_fingerprint(target) -> dict:
 
 def hardware_hash(fingerprint: Mapping) -> str:
     """SHA-256 of the hardware part of a fingerprint (what must match for a record to apply)."""
-    part = {name: fingerprint.get(name) for name in HARDWARE_FIELDS}
+    part = {name: fingerprint.get(name) for name in _hardware_fields(fingerprint)}
     if part["features"] is not None:
         part["features"] = sorted(part["features"])
     return hashlib.sha256(canonical_json(part).encode()).hexdigest()
@@ -88,7 +99,7 @@ def fingerprint_differences(stored: Mapping, current: Mapping) -> list[str]:
     """Readable differences in the hardware part, e.g. ``features: -avx512f, +amx-tile`` (what
     the current machine lacks with a minus, what it has in addition with a plus)."""
     out = []
-    for name in HARDWARE_FIELDS:
+    for name in dict.fromkeys(_hardware_fields(stored) + _hardware_fields(current)):
         a, b = stored.get(name), current.get(name)
         if name == "features":
             a, b = set(a or ()), set(b or ())

@@ -18,6 +18,8 @@ from records import (
     RecordsWarning,
     TuningRecord,
     Workload,
+    fingerprint_differences,
+    hardware_hash,
     target_fingerprint,
     trace_hash,
 )
@@ -226,6 +228,30 @@ def test_same_target_string_on_other_hardware_is_left_out_with_a_warning(db, wor
     assert db.measured_hashes(key, HOST) == {r.trace_hash for r in mine}
     assert len(db.best_k(key, HOST, k=5, check_fingerprint=False)) == 5
     assert len(db.fingerprints(HOST)) == 2
+
+
+def test_opencl_records_apply_only_on_the_device_they_were_measured_on(db, workload):
+    # The target string "opencl" names no device: PoCL on a CPU and a GPU share it.  Records
+    # measured on one device are not the best on another (limits and speed differ).
+    key = db.commit_workload(workload)
+    here = target_fingerprint("opencl")
+    pocl = dict(here, device="pthread-SomeCPU")
+    gpu = dict(here, device="NVIDIA H100 80GB HBM3")
+    assert hardware_hash(pocl) != hardware_hash(gpu)
+    assert "device: pthread-SomeCPU (measured) vs NVIDIA H100 80GB HBM3 (here)" in \
+        fingerprint_differences(pocl, gpu)
+    mine = make_records(key, "opencl", 2, seed=3)
+    db.commit_records(mine, fingerprint=here)      # this machine's device (PoCL here)
+    db.commit_records(make_records(key, "opencl", 3, seed=4), fingerprint=gpu)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        best = db.best_k(key, "opencl", k=5)
+    assert {r.trace_hash for r in best} == {r.trace_hash for r in mine}
+    assert any("NVIDIA H100" in str(w.message) for w in caught)
+    assert len(db.fingerprints("opencl")) == 2
+    # A CPU fingerprint's hash does not depend on a device field (stored hashes stay valid).
+    cpu = target_fingerprint(HOST)
+    assert hardware_hash(cpu) == hardware_hash(dict(cpu, device="anything"))
 
 
 def test_query_targets_are_canonicalised():
