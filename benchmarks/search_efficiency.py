@@ -176,6 +176,11 @@ def add_transfer_args(ap) -> None:
     ap.add_argument("--trials", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--warm", default="retrain,blend",
+                    help="how the pre-trained model is used, comma-separated: retrain (the "
+                         "loaded model retrained on its source rows plus the task's), blend "
+                         "(cost_models.TransferCostModel: a fading prior beside a model of "
+                         "the task alone)")
 
 
 def _curve(history) -> list[float]:
@@ -190,6 +195,23 @@ def _curve(history) -> list[float]:
 def _reaching(curve: list[float], target: float) -> int | None:
     """First trial (1-based) whose best-so-far is within 90% of ``target``'s speed."""
     return next((i + 1 for i, v in enumerate(curve) if v <= target / 0.9), None)
+
+
+# --warm names -> the run's key in the output ("warm" kept for the retrained model, as in
+# the files recorded before the blend existed).
+WARM_MODES = {"retrain": "warm", "blend": "warm_blend"}
+
+
+def _transfer_model(mode: str, model_path: str, seed: int):
+    """A fresh cost model for one run: each run starts from the file, never from another
+    run's state."""
+    import cost_models
+
+    if mode == "cold":
+        return "xgb"
+    if mode == "warm":
+        return cost_models.load(model_path)
+    return cost_models.TransferCostModel(prior=cost_models.load(model_path), seed=seed)
 
 
 def transfer_main(args) -> dict:
@@ -210,6 +232,11 @@ def transfer_main(args) -> dict:
     from autotune.graph.tasks import extract_tasks
     from records import Database
 
+    warm = [w.strip() for w in args.warm.split(",") if w.strip()]
+    unknown = [w for w in warm if w not in WARM_MODES]
+    if unknown or not warm:
+        raise SystemExit(f"--warm: unknown mode(s) {unknown or warm}; choose from "
+                         f"{', '.join(WARM_MODES)}")
     with Database(args.pretrain_db, readonly=True) as db:
         source_keys = {w.key for w in db.workloads()}
         source_records = db.count()
@@ -226,10 +253,11 @@ def transfer_main(args) -> dict:
         tasks.sort(key=lambda t: -t.flops * t.weight)
         for task in tasks[:args.tasks_per_model]:
             runs = {}
-            for mode, spec in (("cold", "xgb"), ("warm", model_path)):
+            for mode in ["cold"] + [WARM_MODES[w] for w in warm]:
                 t1 = time.perf_counter()
                 r = autotune.tune(task.func, "llvm", trials=args.trials, seed=args.seed,
-                                  cost_model=spec, remeasure_top=0, log=False)
+                                  cost_model=_transfer_model(mode, model_path, args.seed),
+                                  remeasure_top=0, log=False)
                 runs[mode] = (r, _curve(r.history), time.perf_counter() - t1)
             final = runs["cold"][1][-1]
             row = {"model": model_name, "task": task.name, "workload": task.key[:12],
@@ -243,29 +271,35 @@ def transfer_main(args) -> dict:
                     if math.isfinite(r.model_accuracy) else None,
                     "wall_s": round(wall, 1)}
             cold_n = row["cold"]["trials_to_90pct_of_cold_best"]
-            warm_n = row["warm"]["trials_to_90pct_of_cold_best"]
-            row["warm_over_cold_trials"] = round(warm_n / cold_n, 3) if cold_n and warm_n \
-                else None
-            c64, w64 = (row[m]["best_ms_after"].get("64") for m in ("cold", "warm"))
-            row["warm_64_speedup"] = round(c64 / w64, 3) if c64 and w64 else None
+            c64 = row["cold"]["best_ms_after"].get("64")
+            for mode in (WARM_MODES[w] for w in warm):
+                warm_n = row[mode]["trials_to_90pct_of_cold_best"]
+                row[f"{mode}_over_cold_trials"] = round(warm_n / cold_n, 3) \
+                    if cold_n and warm_n else None
+                w64 = row[mode]["best_ms_after"].get("64")
+                row[f"{mode}_64_speedup"] = round(c64 / w64, 3) if c64 and w64 else None
             _log(json.dumps(row))
             rows.append(row)
-    ratios = [r["warm_over_cold_trials"] for r in rows if r["warm_over_cold_trials"]]
-    speedups = [r["warm_64_speedup"] for r in rows if r["warm_64_speedup"]]
+    summary = {}
+    for mode in (WARM_MODES[w] for w in warm):
+        ratios = [r[f"{mode}_over_cold_trials"] for r in rows if r[f"{mode}_over_cold_trials"]]
+        speedups = [r[f"{mode}_64_speedup"] for r in rows if r[f"{mode}_64_speedup"]]
+        summary[f"median_{mode}_over_cold_trials_to_90pct"] = \
+            statistics.median(ratios) if ratios else None
+        summary[f"geomean_{mode}_speedup_at_64"] = round(_geomean(speedups), 3) \
+            if speedups else None
+    modes = ["cold"] + [WARM_MODES[w] for w in warm]
     return {"benchmark": "search_efficiency.transfer", "trials": args.trials,
             "seed": args.seed, "source": {"records": source_records,
                                           "workloads": len(source_keys),
                                           "pretrain_s": round(pretrain_s, 1),
                                           "heldout_ranking": heldout.get("pooled")},
-            "tasks": rows,
-            "median_warm_over_cold_trials_to_90pct":
-                statistics.median(ratios) if ratios else None,
-            "geomean_warm_speedup_at_64": round(_geomean(speedups), 3) if speedups else None,
+            "tasks": rows, **summary,
             "mean_model_accuracy": {
                 m: round(statistics.mean(r[m]["model_accuracy"] for r in rows
                                          if r[m]["model_accuracy"] is not None), 3)
                 if any(r[m]["model_accuracy"] is not None for r in rows) else None
-                for m in ("cold", "warm")}}
+                for m in modes}}
 
 
 if __name__ == "__main__":

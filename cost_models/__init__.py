@@ -40,16 +40,18 @@ from .base import (
 from .features import FeatureError, extract
 from .pretrain import TrainingSet, evaluate, from_spec, pretrain, target_family, training_set
 from .random_model import RandomCostModel
+from .transfer import TransferCostModel
 from .xgb import TrainingData, XGBCostModel
 
 __all__ = [
-    "ModelInput",
     "CostModel",
     "CostModelError",
     "FeatureError",
+    "ModelInput",
     "RandomCostModel",
     "TrainingData",
     "TrainingSet",
+    "TransferCostModel",
     "XGBCostModel",
     "create",
     "default_workload_key",

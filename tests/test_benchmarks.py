@@ -182,4 +182,9 @@ def test_search_efficiency_transfer_tunes_cold_and_warm(tmp_path):
     (row,) = doc["tasks"]
     assert row["model"] == "mobilenet_v2" and row["cold"]["trials_to_90pct_of_cold_best"]
     assert row["warm"]["best_ms_after"]["4"] > 0
+    # Both ways of using the pre-trained model ran, each compared with the cold run.
+    assert row["warm_blend"]["best_ms_after"]["4"] > 0
+    assert "median_warm_over_cold_trials_to_90pct" in doc
+    assert "median_warm_blend_over_cold_trials_to_90pct" in doc
+    assert set(doc["mean_model_accuracy"]) == {"cold", "warm", "warm_blend"}
     assert doc["source"]["workloads"] == 2 and doc["source"]["heldout_ranking"]["model"]
