@@ -282,10 +282,15 @@ def transfer_main(args) -> dict:
             rows.append(row)
     summary = {}
     for mode in (WARM_MODES[w] for w in warm):
-        ratios = [r[f"{mode}_over_cold_trials"] for r in rows if r[f"{mode}_over_cold_trials"]]
+        # A warm run that never reaches the bar took more than its whole budget: it counts as
+        # infinitely slow in the median, not as missing (which would flatter it).
+        ratios = [r[f"{mode}_over_cold_trials"] or math.inf for r in rows
+                  if r["cold"]["trials_to_90pct_of_cold_best"]]
+        summary[f"{mode}_never_reached_90pct"] = sum(1 for r in ratios if r == math.inf)
         speedups = [r[f"{mode}_64_speedup"] for r in rows if r[f"{mode}_64_speedup"]]
+        median = statistics.median(ratios) if ratios else None
         summary[f"median_{mode}_over_cold_trials_to_90pct"] = \
-            statistics.median(ratios) if ratios else None
+            median if median is not None and math.isfinite(median) else None
         summary[f"geomean_{mode}_speedup_at_64"] = round(_geomean(speedups), 3) \
             if speedups else None
     modes = ["cold"] + [WARM_MODES[w] for w in warm]
