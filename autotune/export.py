@@ -264,8 +264,9 @@ def export_executor(executor, path: str | os.PathLike) -> str:
             func = getattr(kernel, "func", None)
             external = libraries_of(func) if func is not None else []
             if external:
-                # TODO: copy these beside the library and link them with an $ORIGIN rpath;
-                # until then the export would not load anywhere but here.
+                # Refused rather than exported broken: the library would find these symbols
+                # only in a process that loaded them already.  Copying the libraries beside
+                # it and linking with an $ORIGIN rpath would lift this.
                 raise BuildError(f"export_library: kernel {kernel.entry_name} calls external "
                                  f"tensor intrinsics from {external}; models using them "
                                  f"cannot be exported yet")
