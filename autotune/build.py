@@ -207,6 +207,13 @@ class Kernel:
         return pointers
 
     # -- source and export ----------------------------------------------------------------------
+    @property
+    def compiled_module(self):
+        """The compiled module this process built the kernel from (its optimised LLVM IR and
+        the machine it was compiled for: what a whole-model export links); None for a kernel
+        loaded from a file."""
+        return self._compiled
+
     def get_source(self, fmt: str = "ll") -> str:
         """``"ll"``: optimised LLVM IR; ``"ll-raw"``: the IR as generated; ``"asm"``:
         assembly.  Available for kernels built in this process."""

@@ -127,7 +127,7 @@ class _Layout:
 def _kernel_module(kernel, symbol: str) -> llvm.ModuleRef:
     """The optimised module of ``kernel`` with its entry renamed to ``symbol`` and every
     other definition internal."""
-    module = llvm.parse_assembly(kernel._compiled.llvm_ir)
+    module = llvm.parse_assembly(kernel.compiled_module.llvm_ir)
     for fn in module.functions:
         if fn.is_declaration:
             continue
@@ -255,7 +255,7 @@ def export_executor(executor, path: str | os.PathLike) -> str:
                 raise BuildError(f"export_library: kernel {kernel.entry_name} is compiled for "
                                  f"{triple}; the system C compiler links shared libraries "
                                  f"for this host ({host_triple()}) only")
-            compiled = getattr(kernel, "_compiled", None)
+            compiled = getattr(kernel, "compiled_module", None)
             if compiled is None:
                 raise BuildError(f"export_library: kernel {kernel.entry_name} of step "
                                  f"{step.name} holds no compiled module (was it loaded from a "
