@@ -226,10 +226,6 @@ def transfer_main(args) -> dict:
     would be recall, not transfer."""
     import tempfile
 
-    import autotune
-    import cost_models
-    from autotune.frontends import get_model
-    from autotune.graph.tasks import extract_tasks
     from records import Database
 
     warm = [w.strip() for w in args.warm.split(",") if w.strip()]
@@ -240,7 +236,17 @@ def transfer_main(args) -> dict:
     with Database(args.pretrain_db, readonly=True) as db:
         source_keys = {w.key for w in db.workloads()}
         source_records = db.count()
-    folder = tempfile.mkdtemp(prefix="transfer-")
+    with tempfile.TemporaryDirectory(prefix="transfer-") as folder:
+        return _transfer_in(args, warm, folder, source_keys, source_records)
+
+
+def _transfer_in(args, warm: list, folder: str, source_keys: set, source_records: int) -> dict:
+    """transfer_main's work, the pre-trained model kept in ``folder`` (removed after)."""
+    import autotune
+    import cost_models
+    from autotune.frontends import get_model
+    from autotune.graph.tasks import extract_tasks
+
     model_path = os.path.join(folder, "pretrained.json")
     t0 = time.perf_counter()
     cost_models.pretrain(args.pretrain_db, out=model_path, target="llvm", seed=args.seed)
