@@ -326,6 +326,10 @@ def portable(name: str) -> dict:
 
 def portables(func) -> list[dict]:
     """:func:`portable` of every intrinsic ``func`` uses that is not built in."""
+    with _LOCK:
+        only_builtin = _REGISTRY.keys() <= _BUILTIN
+    if only_builtin:
+        return []  # nothing registered at run time: no walk of the program per candidate
     return [portable(name) for name in used_in(func) if name not in _BUILTIN]
 
 
@@ -439,6 +443,10 @@ _LOADED: set = set()
 def libraries_of(func) -> list[str]:
     """The shared libraries the external intrinsics tensorized in ``func`` (a PrimFunc or a
     statement) come from, in first-use order."""
+    with _LOCK:
+        registered = tuple(_REGISTRY.values())
+    if not any(isinstance(i.impl, ExternCImpl) and i.impl.library for i in registered):
+        return []  # the usual case, checked without walking the program (once per candidate)
     body = func.body if isinstance(func, PrimFunc) else func
     out: list = []
     for call in collect(body, TensorIntrinCall):
