@@ -10,7 +10,6 @@ program is checked once.  Every distinct candidate is verified; the first RUN_LI
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -32,6 +31,8 @@ from tensor_ir.stmt import REDUCE, THREAD_BINDING, BlockRealize, For
 from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_for_gpu
 from tensor_ir.visitor import collect, uses_var
+
+from .test_gpu_tiling import assert_ptx_compiles
 
 
 def _opencl_ready() -> bool:
@@ -272,10 +273,5 @@ def test_cuda_source_compiles_with_nvcc(case, tmp_path):
     # takes about half a second a kernel.
     for k in sorted({0, len(space.sketches) - 1}):
         cand = space.sample(seed=k, sketch=k)
-        source = gpu_module(lower_for_gpu(cand.func), "cuda").code
-        path = tmp_path / f"{case}_{k}.cu"
-        path.write_text(source)
-        done = subprocess.run(["nvcc", "-ptx", "-arch=sm_80", str(path), "-o",
-                               str(tmp_path / f"{case}_{k}.ptx")],
-                              check=False, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr + "\n" + source
+        assert_ptx_compiles(gpu_module(lower_for_gpu(cand.func), "cuda").code, tmp_path,
+                            f"{case}_{k}")

@@ -44,6 +44,17 @@ def _opencl_ready() -> bool:
 needs_opencl = pytest.mark.skipif(not _opencl_ready(), reason="no OpenCL device (PoCL)")
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
+
+def assert_ptx_compiles(code: str, folder, name: str, arch: str = "sm_80") -> None:
+    """``nvcc -ptx`` compiles the CUDA ``code`` (written to ``folder/name.cu``); on failure the
+    assertion shows nvcc's errors and the source."""
+    path = folder / f"{name}.cu"
+    path.write_text(code)
+    done = subprocess.run(["nvcc", "-ptx", f"-arch={arch}", str(path), "-o",
+                           str(folder / f"{name}.ptx")],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr + "\n" + code
+
 CASES = {
     "matmul_square": ("matmul", {"M": 64, "N": 64, "K": 64}),
     "matmul_64x48x40": ("matmul", {"M": 64, "N": 48, "K": 40}),
@@ -245,10 +256,4 @@ def test_tiled_cuda_source_compiles_with_nvcc(case, tmp_path):
     func, _, _ = _op(case)
     space = DesignSpace(func, Target("cuda -arch=sm_80"))
     cand = space.sample(seed=0, sketch=_tiled_sketch(space))
-    source = gpu_module(lower_for_gpu(cand.func), "cuda").code
-    path = tmp_path / f"{case}.cu"
-    path.write_text(source)
-    done = subprocess.run(["nvcc", "-ptx", "-arch=sm_80", str(path), "-o",
-                           str(tmp_path / f"{case}.ptx")],
-                          check=False, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr + "\n" + source
+    assert_ptx_compiles(gpu_module(lower_for_gpu(cand.func), "cuda").code, tmp_path, case)

@@ -9,7 +9,6 @@ fetch with a sampled vector length copies float2 / float4 into aligned shared me
 from __future__ import annotations
 
 import random
-import subprocess
 
 import numpy as np
 import pytest
@@ -38,7 +37,7 @@ from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_for_gpu
 from tensor_ir.visitor import collect
 
-from .test_gpu_tiling import needs_nvcc, needs_opencl
+from .test_gpu_tiling import assert_ptx_compiles, needs_nvcc, needs_opencl
 
 CASES = {
     "matmul_square": ("matmul", {"M": 64, "N": 64, "K": 64}),
@@ -320,21 +319,11 @@ def test_vthread_unroll_cuda_source_compiles_with_nvcc(case, tmp_path):
     cand = _find(case, vthread=True, steps=(512, 1024))
     code = gpu_source(lower_for_gpu(cand.func), "cuda").code
     assert "#pragma unroll" in code
-    path = tmp_path / f"{case}.cu"
-    path.write_text(code)
-    done = subprocess.run(["nvcc", "-ptx", "-arch=sm_80", str(path), "-o",
-                           str(tmp_path / f"{case}.ptx")],
-                          check=False, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr + "\n" + code
+    assert_ptx_compiles(code, tmp_path, case)
 
 
 @needs_nvcc
 def test_float4_fetch_cuda_source_compiles_with_nvcc(tmp_path):
     _, code = _vector_fetch("matmul_square", "cuda", 4)
     assert "__shared__ __align__(16) float A_shared[" in code
-    path = tmp_path / "fetch.cu"
-    path.write_text(code)
-    done = subprocess.run(["nvcc", "-ptx", "-arch=sm_80", str(path), "-o",
-                           str(tmp_path / "fetch.ptx")],
-                          check=False, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr + "\n" + code
+    assert_ptx_compiles(code, tmp_path, "fetch")
