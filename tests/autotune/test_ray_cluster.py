@@ -173,17 +173,30 @@ def test_a_node_lost_mid_batch_costs_a_rerun_and_a_hung_one_times_out(cluster, b
                 os.kill(hung["pid"], signal.SIGCONT)
             assert all(r.error_kind is None for r in results), [r.error_msg for r in results]
             assert hung["node_id"] in runner.lost_nodes
-            # 2. A node killed mid-batch.
+            # 2. A node killed mid-batch: as soon as it has returned its first candidate of
+            # the batch, so that it is measuring its second (a timer raced the batch's end
+            # when the hung node's resource was free again and a third actor sped it up).
             victim = extra[1]
-            killer = threading.Timer(1.0, c.remove_node, args=(victim,),
-                                     kwargs={"allow_graceful": False})
+            before = runner.measured_on.get(victim.node_id, 0)
+
+            def kill_the_victim_mid_measure():
+                deadline = time.monotonic() + 60
+                while (runner.measured_on.get(victim.node_id, 0) <= before
+                       and time.monotonic() < deadline):
+                    time.sleep(0.01)
+                c.remove_node(victim, allow_graceful=False)
+
+            killer = threading.Thread(target=kill_the_victim_mid_measure)
             killer.start()
-            results = runner.run(inputs, builds)
+            batch_in, batch_builds = inputs * 2, builds * 2  # 12: the victim gets several
+            results = runner.run(batch_in, batch_builds)
             killer.join()
             assert all(r.error_kind is None for r in results), [r.error_msg for r in results]
-            assert len(results) == 6
+            assert len(results) == 12
             assert victim.node_id in runner.lost_nodes
-            assert [n["node_id"] for n in runner.nodes()] == [nodes["b"].node_id]
+            left = [n["node_id"] for n in runner.nodes()]
+            assert nodes["b"].node_id in left and victim.node_id not in left
+            assert set(left) <= {nodes["b"].node_id, extra[0].node_id}
             assert any("lost the measuring node" in line for line in lines)
     finally:
         for node in extra[:1]:
