@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
+import numpy as np
 import optuna
 import pytest
 
@@ -165,6 +166,54 @@ def test_invalid_decisions_are_failed_trials():
     assert len(result.trials) == 15 and result.exhausted
     assert len({t.program_hash for t in result.trials}) == 15
     assert all(math.isfinite(t.seconds) for t in result.trials)
+
+
+class _HashModel:
+    """A trained stand-in for the cost model: a fixed pseudo-random score per feature row,
+    each call's scores kept."""
+
+    is_trained = True
+
+    def __init__(self):
+        self.calls = []
+
+    def predict(self, x):
+        x = np.asarray(x)
+        scores = np.array([float(hash(row.tobytes()) % 10007) for row in x])
+        self.calls.append(scores)
+        return scores
+
+
+def test_screening_measures_the_cost_models_top_and_fails_the_rest(space):
+    strategy = search.OptunaSearch(seed=0, screen=4)
+    make_loop(space, strategy).run(16)
+    model = strategy.model = _HashModel()
+    fails_before = sum(t.state == FAIL for t in strategy.study.trials)
+    invalid_before = strategy.stats["invalid"]
+    batch = strategy.propose(8)
+    assert len(batch) == 8 and len({c.program_hash for c in batch}) == 8
+    (scores,) = model.calls  # one ranking of the 32 programs asked
+    assert len(scores) == 32
+    assert sorted(c.predicted for c in batch) == sorted(scores)[-8:]
+    assert strategy.stats["screened_out"] == 24
+    # The 24 not measured are failed trials (so the sampler learns nothing false of them);
+    # the 8 measured are the running ones.
+    fails = sum(t.state == FAIL for t in strategy.study.trials) - fails_before
+    assert fails == 24 + strategy.stats["invalid"] - invalid_before
+    running = [t for t in strategy.study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(running) == 8
+
+
+def test_no_screening_before_the_model_is_trained_or_with_screen_1(space):
+    # The first batch (no model yet) is the sampler's own; screen=1 never screens.
+    for screen, trials in ((4, 16), (1, 48)):
+        strategy = search.OptunaSearch(seed=0, screen=screen)
+        make_loop(space, strategy).run(trials)
+        assert strategy.stats["screened_out"] == 0
+        assert not any(t.state == optuna.trial.TrialState.RUNNING
+                       for t in strategy.study.trials)
+    with pytest.raises(search.SearchError, match="screen"):
+        search.create("optuna", screen=0)
 
 
 def test_known_programs_are_told_not_remeasured(space):
