@@ -420,8 +420,7 @@ class OptunaSearch(SearchStrategy):
         batch: list[SearchCandidate] = []
         twins: list[tuple[Any, str]] = []
         failures = 0
-        screening = self.screen > 1 and count > 0 and self.model is not None \
-            and self.model.is_trained
+        screening = self.screen > 1 and self.model.is_trained  # set by initialize()
         wanted = count * self.screen if screening else count
         while len(batch) < wanted and failures < self.max_failures:
             with self._quiet():
