@@ -153,12 +153,19 @@ def test_search_efficiency_table_prints_ratios_against_tvm(tmp_path):
     buf = io.StringIO()
     with redirect_stdout(buf):
         assert search_efficiency.main(["table", "--only", "DEP", "--trials", "4",
-                                       "--tvm", str(tvm)]) == 0
+                                       "--seeds", "0,1", "--tvm", str(tvm)]) == 0
     doc = json.loads(buf.getvalue())
-    (row,) = doc["rows"]
-    assert row["workload"] == "DEP#0" and row["correct"] and row["trials"] == 4
-    assert row["speedup_vs_tvm"] == pytest.approx(0.05 / row["ours_ms"], rel=1e-2)
-    assert doc["geomean_speedup_vs_tvm"] == pytest.approx(row["speedup_vs_tvm"], rel=1e-3)
+    assert [r["seed"] for r in doc["rows"]] == [0, 1]
+    for row in doc["rows"]:
+        assert row["workload"] == "DEP#0" and row["correct"] and row["trials"] == 4
+        assert row["speedup_vs_tvm"] == pytest.approx(0.05 / row["ours_ms"], rel=1e-2)
+    # The verdict is on the median of the seeds' runs (of two: their mean).
+    (median,) = doc["median_over_seeds"]
+    ms = [r["ours_ms"] for r in doc["rows"]]
+    assert median["median_ours_ms"] == pytest.approx(sum(ms) / 2, rel=1e-3)
+    assert median["speedup_range"] == sorted(r["speedup_vs_tvm"] for r in doc["rows"])
+    assert doc["geomean_speedup_vs_tvm"] == pytest.approx(median["speedup_vs_tvm"], rel=1e-3)
+    assert doc["slowest_vs_tvm"] == median["speedup_vs_tvm"]
 
 
 def test_search_efficiency_transfer_tunes_cold_and_warm(tmp_path):

@@ -20,10 +20,11 @@ vectorised axis and a reduction axis (B of a matmul) is also read through a copy
 panels as wide as the register tile (see rules/packing.py); the vectorised loop is then split
 by the panel width first so that the register tile's width is exactly one panel.
 
-Tile sizes are ``sample_perfect_tile`` decisions.  For a short reduction (a 3x3 depthwise
-or pooling window, at most SHORT_REDUCTION iterations) the accumulator tile -- the levels
-inside the write-back -- is sampled within the vector register file, innermost loop first:
-such a block cannot amortise accumulators that live in memory.  Sketch-level alternatives
+Tile sizes are ``sample_perfect_tile`` decisions, sampled innermost loop first within the
+vector register file: for a short reduction (a 3x3 depthwise or pooling window, at most
+SHORT_REDUCTION iterations) the whole accumulator tile -- the levels inside the write-back --
+since such a block cannot amortise accumulators that live in memory; for a long one the
+register tile (S3) alone, so that its FMAs do not round-trip through memory.  Sketch-level alternatives
 (one schedule each): the write-back level, and packed / not packed.  The block is annotated
 ``meta_schedule.tiling_structure`` so later rules leave it alone.
 
@@ -226,14 +227,18 @@ class MultiLevelTiling(ScheduleRule):
         kinds = info.loop_kinds
         n_s, n_r = self.structure.count("S"), self.structure.count("R")
         spatial = [k for k, kind in enumerate(kinds) if kind == SPATIAL]
-        # A short reduction (a 3x3 window) cannot amortise accumulators kept in memory: the
-        # accumulator tile -- the S levels inside the write-back -- must fit the vector
-        # registers.  Each spatial loop's inner factors are sampled within what the loops
-        # sampled before it left of that budget, innermost loop first: the loops that walk
-        # memory contiguously get the first claim on the registers.
-        acc_levels = n_s - (level or n_s - 1)
-        budget = (self.register_elements if info.extent_product(REDUCE) <= SHORT_REDUCTION
-                  and n_s >= 2 and self.register_elements else None)
+        # Register budget.  A short reduction (a 3x3 window) cannot amortise accumulators
+        # kept in memory: its accumulator tile -- the S levels inside the write-back -- must
+        # fit the vector registers.  A long reduction amortises an accumulator tile in L1 over
+        # its many steps, but its register tile -- the innermost S level, vectorised and
+        # unrolled inside the innermost reduction loop -- must still fit, or its FMAs
+        # round-trip through memory: only that level is bounded (unbounded, 141 of 200 samples
+        # of a 1x1x1 conv3d and 36 of 200 of a 1024^3 matmul had a larger one).  Each spatial loop's inner factors are sampled
+        # within what the loops sampled before it left of the budget, innermost loop first:
+        # the loops that walk memory contiguously get the first claim on the registers.
+        short = info.extent_product(REDUCE) <= SHORT_REDUCTION
+        acc_levels = n_s - (level or n_s - 1) if short else 1
+        budget = self.register_elements if n_s >= 2 and self.register_elements else None
         # Factors (sampled handles or ints) already in the accumulator tile; a fixed register
         # width is in it from the start, whichever loop carries it.
         used: list = [width] if width is not None else []

@@ -312,9 +312,35 @@ def test_multi_level_tiling_bounds_the_accumulator_of_a_short_reduction():
         if seed < 3:
             (got,) = interp.evaluate(cand.func, *inputs)
             np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
-    # A long reduction keeps its tiles free.
-    mm = DesignSpace(ops.matmul(64, 128, 1024), TARGET).sample(seed=0)
-    assert _accumulator_tiles(mm.trace) == []
+
+
+def test_multi_level_tiling_bounds_only_the_register_tile_of_a_long_reduction():
+    # A long reduction amortises its accumulators in L1 over many steps: the levels inside the
+    # write-back stay free, but the innermost S level (vectorised and unrolled inside the
+    # innermost reduction loop) fits the 32 x 16-lane registers.  Unbounded, most samples of
+    # a 1x1x1 conv3d (five spatial loops) spilled.
+    func = ops.matmul(64, 128, 1024)
+    space = DesignSpace(func, TARGET)
+    inputs = random_inputs(func, 0)
+    (expected,) = interp.evaluate(func, *inputs)
+    seen_outer_tiles = set()
+    for seed in range(24):
+        cand = space.sample(seed=seed)
+        budgeted = [inst for inst in cand.trace if inst.kind == "sample_perfect_tile"
+                    and "inner_budget" in inst.attrs]
+        assert {inst.attrs["inner_levels"] for inst in budgeted} <= {0, 1}
+        register_tile = _accumulator_tiles(cand.trace)
+        widths = [inst.inputs[2] for inst in cand.trace if inst.kind == "split"
+                  and len(inst.inputs) == 3 and inst.inputs[1] is None]
+        assert int(np.prod(register_tile)) * int(np.prod(widths or [1])) <= 32 * 16
+        # The level outside the register tile is not bounded: some samples' two innermost
+        # levels together hold more than the registers do.
+        seen_outer_tiles.add(int(np.prod([np.prod(inst.decision[-2:]) for inst in budgeted
+                                          if inst.attrs["inner_levels"] == 1])))
+        if seed < 3:
+            (got,) = interp.evaluate(cand.func, *inputs)
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert max(seen_outer_tiles) > 32 * 16
 
 
 def test_multi_level_tiling_keeps_two_sketches_per_level_for_a_good_vector_axis():

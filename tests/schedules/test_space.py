@@ -221,10 +221,12 @@ def _hand_structure_decisions(sketch: Trace, m: int, n: int, k: int):
     """Decisions that give the benchmark's schedule: 8-row x 32-column register tile, the
     row and column blocks as S0, k unsplit, parallel extent 32, unroll step 512."""
     decisions = {}
-    tiles = [i for i, inst in enumerate(sketch) if inst.kind == "sample_perfect_tile"]
+    # The loops are told apart by their number of levels (sampled innermost loop first).
+    tiles = {inst.attrs["n"]: i for i, inst in enumerate(sketch)
+             if inst.kind == "sample_perfect_tile"}
     cats = [i for i, inst in enumerate(sketch) if inst.kind == "sample_categorical"]
-    decisions[tiles[0]] = [m // 8, 1, 1, 8]        # i
-    decisions[tiles[1]] = [n // 32, 1, 1]          # j // 32 (the lanes split off: 32)
+    decisions[tiles[4]] = [m // 8, 1, 1, 8]        # i
+    decisions[tiles[3]] = [n // 32, 1, 1]          # j // 32 (the lanes split off: 32)
     decisions[tiles[2]] = [k, 1]                   # k
     decisions[cats[0]] = 3                         # parallel extent 16 * cores = 32
     decisions[cats[1]] = 3                         # unroll step 512
