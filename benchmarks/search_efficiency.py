@@ -13,11 +13,12 @@ Each prints one JSON document on stdout (progress on stderr).
 ``table``: each operator of benchmarks/op_table.py tuned with our default strategy and
 ``--trials`` trials (per seed of ``--seeds``, default 0; fresh in-memory database); the best
 program rebuilt and compared with numpy (``correct``); its time is the tuner's re-measured
-median (a native timing loop, no Python per call); with several seeds the verdict
-(``median_over_seeds``, the geometric mean, the slowest) is on each operator's median.  ``tvm_ms`` is TVM MetaSchedule's time for the same computation and
-budget from ``--tvm`` (the JSON that ``../shared/anchors/tvm_table.py`` writes; run it on the
-same machine just before, as the machine's speed drifts from day to day): ``speedup_vs_tvm``
-= tvm_ms / ours_ms (above 1: we are faster), with their geometric mean.
+median (a native timing loop, no Python per call).  ``tvm_ms`` is TVM MetaSchedule's time for
+the same computation and budget from ``--tvm`` (the JSON that ``../shared/anchors/tvm_table.py``
+writes; run it on the same machine just before, as the machine's speed drifts from day to
+day): ``speedup_vs_tvm`` = tvm_ms / ours_ms (above 1: we are faster), with their geometric
+mean.  With several seeds the verdict (``median_over_seeds``, the geometric mean, the slowest)
+is on each operator's median run.
 
 ``strategies``: evolutionary, Optuna (TPE) and random search on the same workloads, seeds and
 budget; per run the best-so-far curve (ms after each trial, as the run measured it) and its

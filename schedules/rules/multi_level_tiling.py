@@ -24,9 +24,9 @@ Tile sizes are ``sample_perfect_tile`` decisions, sampled innermost loop first w
 vector register file: for a short reduction (a 3x3 depthwise or pooling window, at most
 SHORT_REDUCTION iterations) the whole accumulator tile -- the levels inside the write-back --
 since such a block cannot amortise accumulators that live in memory; for a long one the
-register tile (S3) alone, so that its FMAs do not round-trip through memory.  Sketch-level alternatives
-(one schedule each): the write-back level, and packed / not packed.  The block is annotated
-``meta_schedule.tiling_structure`` so later rules leave it alone.
+register tile (S3) alone, so that its FMAs do not round-trip through memory.  Sketch-level
+alternatives (one schedule each): the write-back level, and packed / not packed.  The block is
+annotated ``meta_schedule.tiling_structure`` so later rules leave it alone.
 
 When the target offers tensor intrinsics (``Target.intrinsics``) and the block matches one
 (see rules/auto_tensorize.py: after packing an operand if its tile is not laid out as the
@@ -233,9 +233,10 @@ class MultiLevelTiling(ScheduleRule):
         # its many steps, but its register tile -- the innermost S level, vectorised and
         # unrolled inside the innermost reduction loop -- must still fit, or its FMAs
         # round-trip through memory: only that level is bounded (unbounded, 141 of 200 samples
-        # of a 1x1x1 conv3d and 36 of 200 of a 1024^3 matmul had a larger one).  Each spatial loop's inner factors are sampled
-        # within what the loops sampled before it left of the budget, innermost loop first:
-        # the loops that walk memory contiguously get the first claim on the registers.
+        # of a 1x1x1 conv3d and 36 of 200 of a 1024^3 matmul had a larger one).  Each spatial
+        # loop's inner factors are sampled within what the loops sampled before it left of the
+        # budget, innermost loop first: the loops that walk memory contiguously get the first
+        # claim on the registers.
         short = info.extent_product(REDUCE) <= SHORT_REDUCTION
         acc_levels = n_s - (level or n_s - 1) if short else 1
         budget = self.register_elements if n_s >= 2 and self.register_elements else None
