@@ -72,6 +72,7 @@ def table_main(args) -> dict:
     seeds = [int(s) for s in str(args.seeds).split(",")]
     tvm = _tvm_times(args.tvm)
     rows = []
+    runs: dict[str, list[dict]] = {}  # each operator's rows, one per seed
     for seed in seeds:
         for name in names:
             w = make(name)
@@ -96,13 +97,13 @@ def table_main(args) -> dict:
                    "wall_s": round(wall, 1)}
             _log(json.dumps(row))
             rows.append(row)
+            runs.setdefault(key, []).append(row)
     summary = []
-    for name in names:
-        mine = [r for r in rows if r["workload"].startswith(name + "#")]
+    for key, mine in runs.items():
         ms = statistics.median(r["ours_ms"] for r in mine)
         tvm_ms = mine[0]["tvm_ms"]
         ratios = [r["speedup_vs_tvm"] for r in mine if r["speedup_vs_tvm"]]
-        summary.append({"workload": mine[0]["workload"], "median_ours_ms": round(ms, 4),
+        summary.append({"workload": key, "median_ours_ms": round(ms, 4),
                         "tvm_ms": tvm_ms,
                         "speedup_vs_tvm": round(tvm_ms / ms, 3) if tvm_ms else None,
                         "speedup_range": [min(ratios), max(ratios)] if ratios else None,

@@ -280,8 +280,9 @@ def test_multi_level_tiling_half_register_tiles_for_a_depthwise_row():
 
 
 def _accumulator_tiles(trace, n_s=4):
-    """Per spatial loop of a short-reduction MLT trace: the product of its factors inside the
-    accumulator tile (as the sample instructions' budget attributes say)."""
+    """Per spatial loop of an MLT trace: the product of its factors inside the register budget
+    (the accumulator tile of a short reduction, the register tile of a long one), as the
+    sample instructions' budget attributes say."""
     out = []
     for inst in trace:
         if inst.kind == "sample_perfect_tile" and "inner_budget" in inst.attrs:
