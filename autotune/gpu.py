@@ -20,19 +20,26 @@ from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target, TargetError, opencl_device
 from tensor_ir.thread_reduce import lower_for_gpu
 
-__all__ = ["GPUKernel", "build_gpu", "device_context", "opencl_available"]
+__all__ = ["GPUKernel", "build_gpu", "device_context", "opencl_available", "opencl_problem"]
 
-_CONTEXTS: dict[str | None, tuple] = {}
+# platform string -> (context, queue), or the BuildError of a device that cannot compile.
+_CONTEXTS: dict[str | None, tuple | BuildError] = {}
 _CONTEXT_LOCK = threading.Lock()
 
 
 def opencl_available(platform: str | None = None) -> bool:
-    """Whether pyopencl imports and a device matching ``platform`` exists."""
+    """Whether pyopencl imports and a device matching ``platform`` exists and compiles."""
+    return opencl_problem(platform) is None
+
+
+def opencl_problem(platform: str | None = None) -> str | None:
+    """Why no kernel can be built for ``opencl -platform=PLATFORM`` here (no pyopencl, no
+    matching device, a device that cannot compile), or None when one can."""
     try:
         _context(platform)
-    except BuildError:
-        return False
-    return True
+    except BuildError as err:
+        return str(err)
+    return None
 
 
 def device_context(target: Target):
@@ -46,7 +53,10 @@ def _context(platform: str | None) -> tuple:
     ``platform``; one per process and platform string."""
     with _CONTEXT_LOCK:
         if platform in _CONTEXTS:
-            return _CONTEXTS[platform]
+            known = _CONTEXTS[platform]
+            if isinstance(known, BuildError):
+                raise known
+            return known
         try:
             import pyopencl as cl
         except ImportError:
@@ -62,8 +72,32 @@ def _context(platform: str | None) -> tuple:
                 f"no device matches -platform={platform}"
             raise BuildError(f"opencl target: {which}; devices: " + (", ".join(seen) or "none"))
         context = cl.Context([device])
+        problem = _compile_probe(cl, context)
+        if problem is not None:
+            # Remembered: the probe costs a compile, and the answer holds for the process.
+            _CONTEXTS[platform] = BuildError(
+                f"opencl target: device {device.name.strip()} "
+                f"({device.platform.name.strip()}) cannot compile OpenCL C on this host: "
+                f"{problem}")
+            raise _CONTEXTS[platform]
         _CONTEXTS[platform] = (context, cl.CommandQueue(context))
         return _CONTEXTS[platform]
+
+
+_PROBE = "__kernel void autotune_probe(__global float* a) { a[get_global_id(0)] *= 2.0f; }"
+
+
+def _compile_probe(cl, context) -> str | None:
+    """None when ``context``'s device compiles a trivial kernel, else the compiler's last
+    words.  A device can be listed and still unable to compile: PoCL's bundled LLVM does not
+    know CPUs newer than itself (on AMD Zen 5 it asks its own clang for target CPU
+    'generic', which that clang refuses), and every build would fail the same way."""
+    try:
+        cl.Program(context, _PROBE).build()
+    except cl.Error as err:
+        lines = [line.strip() for line in str(err).splitlines() if "error" in line.lower()]
+        return lines[-1] if lines else str(err).strip().splitlines()[-1]
+    return None
 
 
 class GPUKernel:

@@ -89,7 +89,7 @@ def _numpy_ms(reference, inputs: list, repeat: int = 5) -> float:
 def main(argv=None) -> None:
     import argparse
 
-    from autotune.gpu import build_gpu, opencl_available
+    from autotune.gpu import build_gpu, opencl_problem
     from tensor_ir.target import opencl_device_facts
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_kernels")
@@ -101,8 +101,9 @@ def main(argv=None) -> None:
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
     out: dict = {"benchmark": "gpu_kernels", "device": None, "schedules": {}}
-    if not opencl_available():
-        out["error"] = "no OpenCL device (install the test extra: pyopencl with PoCL)"
+    problem = opencl_problem()
+    if problem is not None:
+        out["error"] = f"{problem} (the test extra installs pyopencl with PoCL)"
         print(json.dumps(out, indent=1))
         return
     rng = np.random.default_rng(0)

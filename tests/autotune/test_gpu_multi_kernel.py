@@ -23,6 +23,8 @@ from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import THREAD_BINDING, For
 from tensor_ir.thread_reduce import lower_for_gpu
 
+from ..opencl_support import pocl_or_default, require_opencl
+
 
 def _rebind(sch: Schedule, binds) -> PrimFunc:
     """``sch.func`` after binding each (loop, axis) of ``binds`` through ``Schedule.bind``."""
@@ -59,20 +61,6 @@ def three_stages(n: int, threads) -> PrimFunc:
         outer, inner = sch.split(loop, [None, count])
         binds += [(outer, "blockIdx.x"), (inner, "threadIdx.x")]
     return _rebind(sch, binds)
-
-
-def _target() -> str:
-    from autotune.gpu import opencl_available
-
-    return "opencl -platform=portable" if opencl_available("portable") else "opencl"
-
-
-def _opencl():
-    pytest.importorskip("pyopencl")
-    from autotune.gpu import opencl_available
-
-    if not opencl_available():
-        pytest.skip("no OpenCL device")
 
 
 def test_module_structure():
@@ -112,10 +100,10 @@ def test_single_kernel_functions_are_one_kernel_modules():
 
 @pytest.mark.parametrize("rows,cols,flat,row", [(7, 9, 16, 4), (16, 3, 8, 16), (5, 33, 32, 2)])
 def test_two_kernels_match_numpy(rows, cols, flat, row):
-    _opencl()
+    require_opencl()
     import autotune
 
-    kernel = autotune.build(scale_then_row_sum(rows, cols, flat, row), target=_target())
+    kernel = autotune.build(scale_then_row_sum(rows, cols, flat, row), target=pocl_or_default())
     assert "scale_sum_kernel1" in kernel.get_source()
     x = np.random.default_rng(rows).standard_normal((rows, cols)).astype("float32")
     out = np.zeros(rows, "float32")
@@ -129,7 +117,7 @@ def test_two_kernels_match_numpy(rows, cols, flat, row):
 
 @pytest.mark.parametrize("n,threads", [(37, (8, 16, 4)), (64, (32, 8, 64)), (5, (2, 4, 8))])
 def test_three_kernels_match_numpy(n, threads):
-    _opencl()
+    require_opencl()
     import autotune
 
     func = three_stages(n, threads)
@@ -138,7 +126,7 @@ def test_three_kernels_match_numpy(n, threads):
     assert [t.name for t in module.temps] == ["C", "D"]
     x = np.random.default_rng(n).standard_normal(n).astype("float32")
     out = np.zeros(n, "float32")
-    autotune.build(func, target=_target())(x, out)
+    autotune.build(func, target=pocl_or_default())(x, out)
     np.testing.assert_allclose(out, (x + 1) * (x + 1) - x, rtol=1e-5, atol=1e-6)
 
 

@@ -12,9 +12,11 @@ from tensor_ir.target import Target, TargetError
 
 pytest.importorskip("pyopencl")
 
-from autotune.gpu import GPUKernel, build_gpu, opencl_available
+from autotune.gpu import GPUKernel, build_gpu
 
-pytestmark = pytest.mark.skipif(not opencl_available(), reason="no OpenCL device (PoCL)")
+from ..opencl_support import needs_opencl
+
+pytestmark = needs_opencl
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))

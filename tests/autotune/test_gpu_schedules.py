@@ -28,6 +28,8 @@ from benchmarks.gpu_schedules import (
 from tensor_ir.codegen.gpu_c import gpu_source
 from tensor_ir.thread_reduce import lower_for_gpu
 
+from ..opencl_support import needs_opencl
+
 # (schedule, sizes, whether the sizes leave partial tiles)
 CASES = [
     (conv2d_nchw, {}, False),
@@ -71,15 +73,7 @@ def _params(cases=CASES):
     return out
 
 
-def _opencl_available() -> bool:
-    try:
-        from autotune.gpu import opencl_available
-    except ImportError:
-        return False
-    return opencl_available()
-
-
-@pytest.mark.skipif(not _opencl_available(), reason="no OpenCL device (pyopencl with PoCL)")
+@needs_opencl
 @pytest.mark.parametrize("make, sizes", _params())
 def test_runs_and_matches_numpy(make, sizes):
     func, arrays, expected = make(np.random.default_rng(7), **sizes)

@@ -16,7 +16,6 @@ import pyopencl as cl
 import autotune
 from autotune import cli
 from autotune import gpu as gpu_module
-from autotune.gpu import opencl_available
 from autotune.gpu_executor import GPUExecutor
 from autotune.graph.operators import VIEW
 from autotune.graph.tasks import partition
@@ -28,9 +27,10 @@ from tensor_ir.errors import BuildError
 from tensor_ir.target import TargetError
 
 from ..graph.onnx_models import encoder_layer, run_onnxruntime, small_cnn
+from ..opencl_support import needs_opencl
 from .tiny_onnx import write_tiny_mlp
 
-pytestmark = pytest.mark.skipif(not opencl_available(), reason="no OpenCL device (PoCL)")
+pytestmark = needs_opencl
 
 # Short timing and a time-out: a tuning candidate with a pathological work-group shape on
 # PoCL must cost one record, not the test's time.

@@ -13,9 +13,9 @@ from tensor_ir.target import Target
 
 pytest.importorskip("pyopencl")
 
-from autotune.gpu import opencl_available
+from ..opencl_support import needs_opencl
 
-pytestmark = pytest.mark.skipif(not opencl_available(), reason="no OpenCL device (PoCL)")
+pytestmark = needs_opencl
 
 # Short repeats and a short time-out: a PoCL kernel with a pathological work-group shape can
 # take seconds, and such a candidate must cost one time-out record, not the test's budget.

@@ -17,18 +17,10 @@ from tensor_ir.lower import lower
 from tensor_ir.stmt import Allocate, For
 from tensor_ir.visitor import collect
 
-
-def _opencl_ready() -> bool:
-    try:
-        from autotune.gpu import opencl_available
-    except ImportError:
-        return False
-    return opencl_available()
+from ..opencl_support import needs_opencl
 
 
-OPENCL = _opencl_ready()
-TARGETS = ["interp", pytest.param("opencl", marks=pytest.mark.skipif(
-    not OPENCL, reason="no OpenCL device (PoCL)"))]
+TARGETS = ["interp", pytest.param("opencl", marks=needs_opencl)]
 
 
 def run(func, arrays: list, expected: dict, target: str) -> None:

@@ -32,19 +32,10 @@ from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_for_gpu
 from tensor_ir.visitor import collect, uses_var
 
+from ..opencl_support import needs_opencl
 from .test_gpu_tiling import assert_ptx_compiles
 
 
-def _opencl_ready() -> bool:
-    try:
-        from autotune.gpu import opencl_available
-    except ImportError:
-        return False
-    return opencl_available()
-
-
-OPENCL = _opencl_ready()
-needs_opencl = pytest.mark.skipif(not OPENCL, reason="no OpenCL device (PoCL)")
 SAMPLES = 20
 RUN_LIMIT = 8
 

@@ -32,16 +32,9 @@ from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_for_gpu
 from tensor_ir.visitor import collect
 
-
-def _opencl_ready() -> bool:
-    try:
-        from autotune.gpu import opencl_available
-    except ImportError:
-        return False
-    return opencl_available()
+from ..opencl_support import needs_opencl
 
 
-needs_opencl = pytest.mark.skipif(not _opencl_ready(), reason="no OpenCL device (PoCL)")
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
 

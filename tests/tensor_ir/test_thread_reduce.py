@@ -23,6 +23,8 @@ from tensor_ir.stmt import For
 from tensor_ir.thread_reduce import lower_cross_thread_reductions, lower_for_gpu
 from tensor_ir.visitor import collect
 
+from ..opencl_support import pocl_or_default, require_opencl
+
 
 def bind_reduce(sch: Schedule, binds) -> PrimFunc:
     """``sch.func`` after binding each (loop, axis) of ``binds`` through ``Schedule.bind``."""
@@ -52,26 +54,10 @@ def _numpy_reduce(kind: str, x: np.ndarray) -> np.ndarray:
     return {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[kind](x, axis=1)
 
 
-def _target() -> str:
-    """PoCL when it is installed (real work-groups and barriers on the CPU), else the first
-    OpenCL device."""
-    from autotune.gpu import opencl_available
-
-    return "opencl -platform=portable" if opencl_available("portable") else "opencl"
-
-
 def _run(func: PrimFunc, arrays) -> None:
     import autotune
 
-    autotune.build(func, target=_target())(*arrays)
-
-
-def _opencl():
-    pytest.importorskip("pyopencl")
-    from autotune.gpu import opencl_available
-
-    if not opencl_available():
-        pytest.skip("no OpenCL device")
+    autotune.build(func, target=pocl_or_default())(*arrays)
 
 
 def _nvcc(code: str, tmp_path, name: str) -> None:
@@ -160,7 +146,7 @@ def test_refuses_a_spatial_loop_between_reduce_loops():
 @pytest.mark.parametrize("kind", ["sum", "max", "min", "prod"])
 @pytest.mark.parametrize("rows,cols,threads", [(5, 37, 8), (3, 64, 32), (4, 7, 16), (2, 50, 6)])
 def test_row_reductions_match_numpy(kind, rows, cols, threads):
-    _opencl()
+    require_opencl()
     func = row_reduce(rows, cols, threads, kind)
     rng = np.random.default_rng(rows * cols + threads)
     if kind == "prod":
@@ -173,7 +159,7 @@ def test_row_reductions_match_numpy(kind, rows, cols, threads):
 
 
 def test_int32_sum_across_threads():
-    _opencl()
+    require_opencl()
     func = row_reduce(3, 45, 16, "sum", "int32")
     x = np.random.default_rng(3).integers(-1000, 1000, (3, 45)).astype("int32")
     out = np.zeros(3, "int32")
@@ -198,7 +184,7 @@ def _rows_on_threads_y(rows: int, cols: int, ty: int, tx: int, init=None):
 
 @pytest.mark.parametrize("rows,cols,ty,tx", [(10, 33, 4, 8), (7, 5, 2, 8), (8, 64, 4, 16)])
 def test_several_rows_per_block_on_threadidx_y(rows, cols, ty, tx):
-    _opencl()
+    require_opencl()
     func = _rows_on_threads_y(rows, cols, ty, tx)
     assert f"shared float32[{ty}, {tx}]" in str(lower_cross_thread_reductions(func))
     x = np.random.default_rng(rows).standard_normal((rows, cols)).astype("float32")
@@ -208,7 +194,7 @@ def test_several_rows_per_block_on_threadidx_y(rows, cols, ty, tx):
 
 
 def test_init_value_other_than_the_identity_is_combined_once():
-    _opencl()
+    require_opencl()
     func = _rows_on_threads_y(5, 19, 2, 4, init=10.0)
     x = np.random.default_rng(9).standard_normal((5, 19)).astype("float32")
     out = np.zeros(5, "float32")
@@ -217,7 +203,7 @@ def test_init_value_other_than_the_identity_is_combined_once():
 
 
 def test_where_clause_max():
-    _opencl()
+    require_opencl()
     a = te.placeholder((4, 30), name="A")
     k = te.reduce_axis((0, 30), name="k")
     b = te.compute((4,), lambda i: te.max(a[i, k], axis=k, where=a[i, k] < 0.5), name="B")
@@ -260,7 +246,7 @@ def softmax(rows: int, cols: int, threads: int, scope: str) -> PrimFunc:
 @pytest.mark.parametrize("scope", ["shared", "local"])
 @pytest.mark.parametrize("rows,cols,threads", [(3, 37, 8), (2, 64, 32), (4, 5, 16)])
 def test_softmax_rows(scope, rows, cols, threads):
-    _opencl()
+    require_opencl()
     func = softmax(rows, cols, threads, scope)
     x = np.random.default_rng(cols).standard_normal((rows, cols)).astype("float32") * 3
     out = np.zeros((rows, cols), "float32")
