@@ -68,9 +68,23 @@ def _tiling_groups(insts) -> list[list[int]]:
     return groups
 
 
+def _loop_order(insts) -> dict[str, int]:
+    """Loop variable -> its position in the nest that a get_loops instruction returned."""
+    order = {}
+    for inst in insts:
+        if inst.kind == "get_loops":
+            for position, loop in enumerate(inst.outputs):
+                order.setdefault(loop, position)
+    return order
+
+
 def _tile_decisions(insts, group: list[int], lanes: int) -> dict[int, list[int]] | None:
     """Rule-of-thumb tile sizes for one tiling group; None when its shape is not the
     expected S/R structure."""
+    # The tiling samples its loops in the order its budgets need (the innermost spatial loop
+    # first, see MultiLevelTiling), not in nest order: the rule reads them in nest order.
+    order = _loop_order(insts)
+    group = sorted(group, key=lambda k: order.get(insts[k].inputs[0], len(order)))
     tiles = []
     for k in group:
         inst = insts[k]
