@@ -10,7 +10,10 @@ For each model (resnet18 and mobilenet_v2: batch 1, 3x224x224; bert_base_layer: 
 it prints, as one JSON document: the number of tasks; the end-to-end latency built with the
 default schedules; for every budget (the model's total trials in the database, so budgets are
 reached one after the other and a stopped run continues where it was) the tuning time spent,
-the estimated and the measured latency built from the records, and their coverage.  Each
+the estimated latency (the tasks' best times) and the measured latency of the model built
+from the records (``tuned_vs_tasks``: their ratio), their coverage, the largest difference
+from onnxruntime's outputs, and the same build exported (``export_library``) and run by the
+artifact's own numpy-and-ctypes loader (``exported_ms``, timed in the same rounds).  Each
 latency of ours (default schedules, each budget) is timed in alternating rounds with
 onnxruntime on the same model (the same weights, exported from our graph to ONNX here, its
 output checked against ours), so that the ratio (``default_vs_onnxruntime``,
@@ -25,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -145,17 +150,37 @@ def onnxruntime_session(proto, threads: int):
                                 providers=["CPUExecutionProvider"])
 
 
-def side_by_side(ours, theirs, rounds: int, min_seconds: float = 0.2) -> dict:
-    """Our executor and onnxruntime timed in alternating rounds (a change in the machine's
-    load hits both alike): median milliseconds of each and their ratio (ours / theirs)."""
+def side_by_side(ours, theirs, rounds: int, min_seconds: float = 0.2, exported=None
+                 ) -> dict:
+    """Our executor and onnxruntime (and the exported artifact, when given) timed in
+    alternating rounds (a change in the machine's load hits all alike): median milliseconds
+    of each and the ratio ours / theirs."""
     from benchmarks.common import interleaved_medians
 
-    times = interleaved_medians({"ours": ours, "onnxruntime": theirs}, rounds=rounds,
-                                min_seconds=min_seconds)
+    fns = {"ours": ours, "onnxruntime": theirs}
+    if exported is not None:
+        fns["exported"] = exported
+    times = interleaved_medians(fns, rounds=rounds, min_seconds=min_seconds)
     ours_ms = times["ours"]["median_s"] * 1e3
     theirs_ms = times["onnxruntime"]["median_s"] * 1e3
-    return {"ours_ms": ours_ms, "onnxruntime_ms": theirs_ms,
-            "ratio": round(ours_ms / theirs_ms, 3)}
+    out = {"ours_ms": ours_ms, "onnxruntime_ms": theirs_ms,
+           "ratio": round(ours_ms / theirs_ms, 3)}
+    if exported is not None:
+        out["exported_ms"] = times["exported"]["median_s"] * 1e3
+    return out
+
+
+def exported_copy(lib, folder: str):
+    """``lib`` exported into ``folder`` and loaded back by the artifact's own loader (numpy
+    and ctypes alone): what a deployment runs."""
+    import importlib.util
+
+    lib.export_library(folder)
+    spec = importlib.util.spec_from_file_location(f"loader_{os.getpid()}",
+                                                  os.path.join(folder, "loader.py"))
+    loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loader)
+    return loader.load(folder)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,17 +231,31 @@ def bench_model(name: str, args) -> dict:
                                          log=progress.line,
                                          remeasure_top=1 if args.small else 3)
         tuned = build_model(model, target, database=args.db, warn=False)
-        diff = max(float(np.max(np.abs(tuned.run(feed)[k] - ours[k]))) for k in ours)
-        both = side_by_side(lambda lib=tuned: lib.run(feed), lambda: sess.run(None, feed),
-                            args.repeat)
+        got = tuned.run(feed)
+        diff = max(float(np.max(np.abs(got[k] - ours[k]))) for k in ours)
+        with tempfile.TemporaryDirectory() as folder:
+            deployed = exported_copy(tuned, os.path.join(folder, name))
+            exported_out = deployed.run(feed)
+            both = side_by_side(lambda lib=tuned: lib.run(feed), lambda: sess.run(None, feed),
+                                args.repeat, exported=lambda m=deployed: m.run(feed))
+            del deployed
+        estimated_ms = result.estimated_latency * 1e3
         out["budgets"].append({
             "trials": result.trials, "budget": budget, "trials_this_run": result.trials_run,
             "tuning_seconds": round(time.perf_counter() - start, 1),
             "stopped": result.stopped, "failed_tasks": [t.name for t in result.failed],
-            "estimated_ms": result.estimated_latency * 1e3,
+            # The sum of the tasks' best times (weighted by their calls) against the model.
+            "estimated_ms": estimated_ms,
             "tuned_ms": both["ours_ms"], "onnxruntime_ms": both["onnxruntime_ms"],
             "tuned_vs_onnxruntime": both["ratio"],
-            "coverage": tuned.report.coverage, "max_abs_diff_vs_default": diff})
+            "tuned_vs_tasks": round(both["ours_ms"] / estimated_ms, 3) if estimated_ms else None,
+            "exported_ms": both["exported_ms"],
+            "exported_vs_onnxruntime": round(both["exported_ms"] / both["onnxruntime_ms"], 3),
+            "coverage": tuned.report.coverage, "max_abs_diff_vs_default": diff,
+            "max_abs_diff_vs_onnxruntime": max(float(np.max(np.abs(got[k] - theirs[k])))
+                                               for k in got),
+            "exported_max_abs_diff": max(float(np.max(np.abs(exported_out[k] - got[k])))
+                                         for k in got)})
     return out
 
 
