@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import cost_models
@@ -185,10 +186,13 @@ def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Bui
                 runner: Runner, settings: search.SearchConfig,
                 strategy: search.SearchStrategy, cost_model: cost_models.CostModel, *,
                 measure_config: MeasureConfig, log=None,
-                space: DesignSpace | None = None) -> search.TuningLoop:
+                space: DesignSpace | None = None, weight_params: Sequence[int] = (),
+                cold_weights: bool = False) -> search.TuningLoop:
     """The tuning loop of one workload, as ``tune`` and ``tune_model`` run it: the function's
     design space (or ``space``), with the default schedule -- what a build uses without a
-    record -- measured first, so that a short run never ends slower than no tuning at all."""
+    record -- measured first, so that a short run never ends slower than no tuning at all.
+    ``weight_params``: the parameters that are model weights, ``cold_weights``: whether the
+    model reads them from memory (see MeasureInput)."""
     seeds = []
     if space is None:
         space = DesignSpace(func, target)
@@ -198,7 +202,8 @@ def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Bui
         seeds = [default.final_trace] if default is not None else []
     return search.TuningLoop(space, strategy, cost_model, builder, runner, database,
                              config=settings, measure_config=measure_config, log=log,
-                             seed_traces=seeds)
+                             seed_traces=seeds, weight_params=weight_params,
+                             cold_weights=cold_weights)
 
 
 def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasured, db,

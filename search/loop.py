@@ -177,7 +177,8 @@ class TuningLoop:
     def __init__(self, space: DesignSpace, strategy: SearchStrategy, cost_model: CostModel,
                  builder: Builder, runner: Runner, database: Database, *,
                  config: SearchConfig | None = None, measure_config=None, log=None,
-                 seed_traces: Sequence[Trace] = ()):
+                 seed_traces: Sequence[Trace] = (), weight_params: Sequence[int] = (),
+                 cold_weights: bool = False):
         config = config if config is not None else SearchConfig()
         for name, obj, kind in (("space", space, DesignSpace),
                                 ("strategy", strategy, SearchStrategy),
@@ -211,6 +212,10 @@ class TuningLoop:
         # Seeds are measured first, so that a short tuning run never ends worse than the
         # schedule a build would use without a record.
         self.seed_traces = tuple(seed_traces)
+        # Parameters that are model weights: timed without the candidate's packing of them,
+        # and read cold when the model's are (see MeasureInput.weight_params, cold_weights).
+        self.weight_params = tuple(weight_params)
+        self.cold_weights = bool(cold_weights)
         self._seeds: list[SearchCandidate] = []
         self._start = 0.0
         self._batches = 0
@@ -225,7 +230,9 @@ class TuningLoop:
 
     def measure_input(self, func: PrimFunc) -> MeasureInput:
         """A candidate program of this loop as the builder and runner take it."""
-        return MeasureInput(func, self.target, self.workload.key, reference=self.space.func)
+        return MeasureInput(func, self.target, self.workload.key, reference=self.space.func,
+                            weight_params=self.weight_params,
+                            cold_weights=self.cold_weights)
 
     # -- the run -------------------------------------------------------------------------------
     def start(self) -> LoopResult:

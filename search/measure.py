@@ -114,12 +114,21 @@ class MeasureInput:
     here), and the workload it implements.  ``reference`` is the workload's own definition
     (typically the unscheduled PrimFunc from ``te.create_prim_func``); its outputs on the
     runner's fixed random inputs are what candidates are checked against.  Without it,
-    outputs are not checked."""
+    outputs are not checked.
+
+    ``weight_params``: indices of parameters that are a model's constant weights.  A built model
+    packs a weight into the layout the schedule reads it in once, at build (see
+    autotune.prepack), so a CPU builder and runner time the candidate without that packing:
+    the runner packs the workload's array once, before the timed calls.  ``cold_weights``:
+    those weights are read from memory on every call in the model (its weights outgrow the
+    last-level cache), so a CPU runner times each call on weights not in cache."""
 
     func: PrimFunc
     target: Target
     workload_key: str
     reference: PrimFunc | None = None
+    weight_params: tuple[int, ...] = ()
+    cold_weights: bool = False
 
     def __post_init__(self):
         if isinstance(self.target, str):
@@ -133,6 +142,15 @@ class MeasureInput:
                             f"{type(self.func).__name__}")
         if not isinstance(self.workload_key, str) or not self.workload_key:
             raise TypeError("MeasureInput.workload_key must be a non-empty string")
+        indices = tuple(self.weight_params)
+        if any(not isinstance(k, int) or isinstance(k, bool)
+               or not 0 <= k < len(self.func.params) for k in indices):
+            raise ValueError(f"MeasureInput.weight_params must be indices of the function's "
+                             f"{len(self.func.params)} parameters, got {self.weight_params!r}")
+        object.__setattr__(self, "weight_params", tuple(sorted(set(indices))))
+        if not isinstance(self.cold_weights, bool):
+            raise TypeError(f"MeasureInput.cold_weights must be a bool, got "
+                            f"{type(self.cold_weights).__name__}")
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,8 @@ class SchedulerTask:
     bytes: float = 0.0
     group: str = ""
     func: object = field(default=None, repr=False)
+    # Parameters of ``func`` that are the model's weights (see MeasureInput.weight_params).
+    weight_params: tuple[int, ...] = ()
     trials: int = 0
     run_trials: int = 0
     errors: int = 0

@@ -114,6 +114,9 @@ class Task:
     weight: int
     flops: int
     groups: list[str] = field(default_factory=list)
+    # Indices of the parameters that are the model's constant weights in every group the
+    # task serves (a built model packs those once, at build; the tuner times it so too).
+    weight_params: frozenset[int] = frozenset()
 
     @property
     def total_flops(self) -> int:
@@ -137,15 +140,19 @@ def partition(model: Model, optimized: bool = False
 
 def extract_tasks(model: Model) -> list[Task]:
     """One Task per structurally unique fused function, in first-occurrence order."""
-    _, groups, funcs = partition(model)
+    optimized, groups, funcs = partition(model)
     tasks: dict[str, Task] = {}
     for group in groups:
         if group.kind == VIEW:
             continue
         gf = funcs[group.output]
+        constant = frozenset(k for k, v in enumerate(gf.params) if v in optimized.constants)
         task = tasks.get(gf.key)
         if task is None:
-            task = tasks[gf.key] = Task(group.name, gf.func, gf.key, 0, gf.flops)
+            task = tasks[gf.key] = Task(group.name, gf.func, gf.key, 0, gf.flops,
+                                        weight_params=constant)
+        else:
+            task.weight_params &= constant
         task.weight += 1
         task.groups.append(group.output)
     return list(tasks.values())

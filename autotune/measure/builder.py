@@ -203,6 +203,8 @@ class LocalBuilder(Builder):
             shipped = intrinsics.portables(inp.func)
             if shipped:
                 request["intrinsics"] = shipped
+            if inp.weight_params:
+                request["weight_params"] = list(inp.weight_params)
         return request
 
     def _result(self, status: str, reply, seconds: float) -> BuildResult:
@@ -236,6 +238,7 @@ def handle_build_request(request: dict, state: dict) -> dict:
     """Worker side: build one candidate to an object file (not loaded here: the runner loads
     it, so the build skips the JIT), or for an opencl target to verified OpenCL C."""
     from autotune.build import build_object
+    from autotune.prepack import split_packing
     from tensor_ir.errors import TensorIRError
     from tensor_ir.func import PrimFunc
 
@@ -253,6 +256,10 @@ def handle_build_request(request: dict, state: dict) -> dict:
         for spec in request.get("intrinsics", ()):
             intrinsics.install(spec)
         func = PrimFunc.from_json(request["func"])
+        if request.get("weight_params"):
+            # The packing of model weights is split off, as a model build does; the runner
+            # packs the weights once before timing (see MeasureInput.weight_params).
+            func, _ = split_packing(func, request["weight_params"])
         object_code = build_object(func, target=target)
         with open(request["path"], "wb") as f:
             f.write(object_code)

@@ -151,17 +151,20 @@ def connect(address: str | None = "auto") -> None:
 # Builder
 # ---------------------------------------------------------------------------------------------
 
-def build_to_bytes(func_json: dict, target: str, suffix: str, shipped: list | None = None
-                   ) -> dict:
+def build_to_bytes(func_json: dict, target: str, suffix: str, shipped: list | None = None,
+                   weight_params: list | None = None) -> dict:
     """Ray task body: build one candidate as the local builder's workers do, and return its
     artifact's bytes (the tuner's machine keeps them) with the node that built it.
-    ``shipped``: definitions of the run-time registered intrinsics the candidate uses."""
+    ``shipped``: definitions of the run-time registered intrinsics the candidate uses;
+    ``weight_params``: see MeasureInput.weight_params."""
     folder = make_build_dir()  # owned: swept by clean_stale_build_dirs if the task is killed
     try:
         path = os.path.join(folder, "candidate" + suffix)
         request = {"func": func_json, "target": target, "path": path}
         if shipped:
             request["intrinsics"] = shipped
+        if weight_params:
+            request["weight_params"] = weight_params
         reply = handle_build_request(request, {})
         if not reply.get("error"):
             with open(path, "rb") as f:
@@ -218,8 +221,10 @@ class RayBuilder(Builder):
                 # own CPU, not for the one the tuner asked for.
                 target = targets.setdefault(id(inp.target), canonical_target(inp.target))
                 suffix = ARTIFACT_SUFFIX if inp.target.kind == "opencl" else ".o"
-                shipped = intrinsics.portables(inp.func) if inp.target.kind == "llvm" else []
-                ref = self._task.remote(inp.func.to_json(), target, suffix, shipped)
+                llvm = inp.target.kind == "llvm"
+                shipped = intrinsics.portables(inp.func) if llvm else []
+                packed = list(inp.weight_params) if llvm else []
+                ref = self._task.remote(inp.func.to_json(), target, suffix, shipped, packed)
                 flight[ref] = (i, time.monotonic())
             nearest = min(start for _, start in flight.values()) + self.timeout
             ready, _ = ray.wait(list(flight), num_returns=1,
@@ -314,7 +319,9 @@ class Measurer:
             reply["host"] = host_name()
             return reply
         inp = MeasureInput(PrimFunc.from_json(request["func"]), target, key,
-                           reference=self._references.get(key))
+                           reference=self._references.get(key),
+                           weight_params=tuple(request.get("weight_params", ())),
+                           cold_weights=bool(request.get("cold_weights", False)))
         # A folder per candidate, marked with this process: the cluster ends actors with
         # ray.kill (no close() runs), and the next builder or actor on the node sweeps it.
         folder = make_build_dir()
@@ -502,7 +509,9 @@ class RayRunner(SequentialRunner):
                  actor: _Actor) -> tuple[dict, float]:
         key = inp.workload_key
         request = {"key": key, "target": canonical_target(inp.target),
-                   "func": inp.func.to_json(), "artifact": artifact,
+                   "func": inp.func.to_json(), "weight_params": list(inp.weight_params),
+                   "cold_weights": inp.cold_weights,
+                   "artifact": artifact,
                    "suffix": os.path.splitext(build.artifact_path)[1] or ".o",
                    "build_seconds": build.build_seconds, "best": self._best.get(key)}
         if inp.target.kind == "llvm":

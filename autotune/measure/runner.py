@@ -21,6 +21,14 @@ Timing protocol (in the worker, per candidate):
 5. A crash or a wrong result is confirmed once on a fresh worker before it is recorded: an
    earlier candidate's stray write could have corrupted the worker's heap or its reference.
 
+A candidate that names model weights (``MeasureInput.weight_params``) is built without its
+packing of them (the builder splits it off, see autotune.prepack); before step 1 the worker
+runs those packing nests once on the workload's arrays and times the candidate on the packed
+copies, as a built model runs it.  When those weights are read cold in the model
+(``MeasureInput.cold_weights``: the model's weights outgrow the last-level cache), the timed
+calls rotate over copies of them (``weight_sets``), so each call reads its weights from memory
+while the activations stay warm.
+
 Inputs are fixed random data allocated once per workload (seeded from the workload key, so the
 same key gives the same data in every process); the reference outputs are computed once per
 workload by building the workload's own definition, and kept by the tuner-side runner so a
@@ -51,9 +59,10 @@ from tensor_ir.stmt import BufferStore
 from tensor_ir.target import Target
 from tensor_ir.visitor import walk
 
+from ..prepack import split_packing
 from .worker import WorkerProcess
 
-__all__ = ["LocalRunner", "aligned_empty", "param_spec", "workload_inputs"]
+__all__ = ["LocalRunner", "aligned_empty", "param_spec", "weight_sets", "workload_inputs"]
 
 # Seconds the tuner adds to MeasureConfig.timeout before declaring a worker hung: loading the
 # artifact, the output check and the pipe round trip happen outside the worker's own budget.
@@ -139,6 +148,15 @@ class LocalRunner(SequentialRunner):
                 return error("runtime", str(err))
             if libraries:
                 request["libraries"] = libraries
+            if inp.weight_params:
+                # The builder split these packings off the candidate (see
+                # MeasureInput.weight_params): the worker runs them once, before timing.
+                _, packs = split_packing(inp.func, inp.weight_params)
+                if packs:
+                    request["packs"] = [{"index": p.index, "func": p.pack.to_json(),
+                                         "hash": p.pack.structural_hash()} for p in packs]
+                if inp.cold_weights:
+                    request["cold_params"] = list(inp.weight_params)
         status, reply = self._call_measure(inp, request)
         if status == "crash" or (isinstance(reply, dict)
                                  and reply.get("error_kind") == "wrong_result"):
@@ -378,24 +396,34 @@ class _Harness:
         self._scratch: np.ndarray | None = None
 
     def loop(self, arity: int):
+        """``time_loop(fn, argv, sets, n)``: ``n`` calls of ``fn``, call ``i`` taking the
+        ``i % sets``-th of ``sets`` consecutive argument vectors of ``arity`` pointers in
+        ``argv`` (one set but for weights read cold, see ``_weight_sets``)."""
         entry = self._loops.get(arity)
         if entry is None:
             from tensor_ir.codegen import LLVMTarget, compile_module
 
             loads = "\n".join(
-                f"  %p{i} = getelementptr inbounds ptr, ptr %argv, i64 {i}\n"
+                f"  %p{i} = getelementptr inbounds ptr, ptr %set, i64 {i}\n"
                 f"  %a{i} = load ptr, ptr %p{i}" for i in range(arity))
             args = ", ".join(f"ptr %a{i}" for i in range(arity))
+            # The set index wraps by a compare, not a division: a few cycles a call.
             text = f"""
-define void @time_loop(ptr %fn, ptr %argv, i64 %n) {{
+define void @time_loop(ptr %fn, ptr %argv, i64 %sets, i64 %n) {{
 entry:
-{loads}
   %go = icmp sgt i64 %n, 0
   br i1 %go, label %loop, label %done
 loop:
   %i = phi i64 [0, %entry], [%next, %loop]
+  %j = phi i64 [0, %entry], [%jnext, %loop]
+  %offset = mul i64 %j, {arity}
+  %set = getelementptr inbounds ptr, ptr %argv, i64 %offset
+{loads}
   call void %fn({args})
   %next = add i64 %i, 1
+  %j1 = add i64 %j, 1
+  %wrap = icmp sge i64 %j1, %sets
+  %jnext = select i1 %wrap, i64 0, i64 %j1
   %more = icmp slt i64 %next, %n
   br i1 %more, label %loop, label %done
 done:
@@ -403,7 +431,8 @@ done:
 }}
 """
             jit = compile_module(text, LLVMTarget()).jit()
-            proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+            proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                     ctypes.c_int64)
             entry = (jit, proto(jit.function_address("time_loop")))
             self._loops[arity] = entry
         return entry[1]
@@ -561,6 +590,64 @@ def _prepare_workload(request: dict, state: dict) -> dict:
     return {"reference_outputs": computed}
 
 
+# Packing kernels kept per worker: candidates of one workload often pack alike.
+_MAX_PACKING_KERNELS = 64
+
+
+def _packed_arrays(packs: list[dict], arrays: list[np.ndarray], state: dict
+                   ) -> list[np.ndarray]:
+    """The workload's arrays with each weight the candidate packs replaced by its packed
+    copy: the packing kernels run here once, outside the timed calls, as a model build runs
+    them (see MeasureInput.weight_params)."""
+    from autotune.build import build
+
+    kernels: OrderedDict = state.setdefault("packing_kernels", OrderedDict())
+    out = list(arrays)
+    for pack in packs:
+        kernel = kernels.get(pack["hash"])
+        if kernel is None:
+            kernel = kernels[pack["hash"]] = build(PrimFunc.from_json(pack["func"]))
+            while len(kernels) > _MAX_PACKING_KERNELS:
+                kernels.popitem(last=False)
+        kernels.move_to_end(pack["hash"])
+        spec = kernel.params[1]  # (the weight, its packed copy)
+        packed = aligned_empty(tuple(spec.shape), spec.dtype)
+        kernel(arrays[pack["index"]], packed)
+        out[pack["index"]] = packed
+    return out
+
+
+# Copies of cold weights: at least this many bytes in all (twice a last-level cache, so
+# LRU-like replacement has evicted a copy before its turn comes again), at most this many.
+_COLD_BYTES_FALLBACK = 64 * 2**20
+_MAX_WEIGHT_SETS = 4096
+
+
+def weight_sets(arrays: Sequence[np.ndarray], cold: Sequence[int],
+                cache_bytes: int | None) -> list[list[np.ndarray]]:
+    """Argument sets that make every call read the ``cold`` parameters from memory, as a
+    model whose weights outgrow the last-level cache reads each of them once per inference:
+    ``arrays`` first, then copies of it whose cold arrays are fresh copies (the rest shared),
+    enough that the cold bytes of all sets exceed twice ``cache_bytes``.  The timing loop
+    calls them in turn; activations stay as warm as their producer left them in the model.
+    One set (``arrays``) when nothing is cold."""
+    cold = [i for i in sorted(set(cold)) if arrays[i].nbytes]
+    if not cold:
+        return [list(arrays)]
+    per_set = sum(arrays[i].nbytes for i in cold)
+    target = 2 * (cache_bytes or _COLD_BYTES_FALLBACK // 2)
+    count = min(_MAX_WEIGHT_SETS, max(2, -(-target // per_set)))
+    sets = [list(arrays)]
+    for _ in range(count - 1):
+        copy = list(arrays)
+        for i in cold:
+            fresh = aligned_empty(arrays[i].shape, arrays[i].dtype)
+            fresh[...] = arrays[i]
+            copy[i] = fresh
+        sets.append(copy)
+    return sets
+
+
 def _measure(request: dict, state: dict) -> dict:
     """Worker side of one candidate (see the module docstring for the protocol)."""
     workloads: OrderedDict = state.setdefault("workloads", OrderedDict())
@@ -579,25 +666,40 @@ def _measure(request: dict, state: dict) -> dict:
         return {"error_kind": "runtime",
                 "error_msg": f"cannot load {request['path']}: {type(err).__name__}: {err}"}
     params = work["params"]
-    got = [(tuple(p["shape"]), p["dtype"]) for p in meta["params"]]
+    arrays, argv = work["arrays"], work["argv"]
     want = [(tuple(p["shape"]), p["dtype"]) for p in params]
+    if request.get("packs"):
+        try:
+            arrays = _packed_arrays(request["packs"], arrays, state)
+        except Exception as err:  # noqa: BLE001 - a packing that fails is this candidate's
+            return {"error_kind": "runtime",
+                    "error_msg": f"packing the weights failed: {type(err).__name__}: {err}"}
+        argv = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        want = [(tuple(a.shape), str(a.dtype)) for a in arrays]
+    got = [(tuple(p["shape"]), p["dtype"]) for p in meta["params"]]
     if got != want:
         return {"error_kind": "runtime",
                 "error_msg": f"candidate parameters {got} differ from the workload's {want}"}
     harness: _Harness = state.setdefault("harness", _Harness())
     loop = harness.loop(len(params))
-    argv = work["argv"]
-    arrays = work["arrays"]
     outputs = [arrays[i] for i in work["outputs"]]
     target = state.get("target")
     if target is None:
         target = state["target"] = Target.current_host()
+    sets = 1
+    if request.get("cold_params"):
+        # Weights read from memory on every call (see weight_sets): the loop takes the
+        # argument sets in turn.  The first set is ``arrays``: the check reads its outputs.
+        table = weight_sets(arrays, request["cold_params"], target.l3_cache)
+        sets = len(table)
+        argv = (ctypes.c_void_p * (sets * len(arrays)))(
+            *[a.ctypes.data for group in table for a in group])
     kernel_seconds = 0.0
 
     def timed(n: int) -> float:
         nonlocal kernel_seconds
         t0 = time.perf_counter()
-        loop(address, argv, n)
+        loop(address, argv, sets, n)
         elapsed = time.perf_counter() - t0
         kernel_seconds += elapsed
         return elapsed
@@ -617,12 +719,15 @@ def _measure(request: dict, state: dict) -> dict:
         before_repeat=(lambda: harness.flush(arrays, target)) if request["flush_cache"] else None)
     median = float(np.median(times))
 
-    # 3. Inputs unchanged, 4. outputs checked.
-    def restore(i: int) -> None:
-        arrays[i][...] = work["pristine"][work["inputs"].index(i)]
+    # 3. Inputs unchanged, 4. outputs checked.  The workload's own arrays: a packed copy
+    # of a weight belongs to this candidate alone.
+    originals = work["arrays"]
 
-    verdict = check_after_timing(work, request, [arrays[i] for i in work["inputs"]], snapshot,
-                                 median, check_possible, kernel_seconds, restore)
+    def restore(i: int) -> None:
+        originals[i][...] = work["pristine"][work["inputs"].index(i)]
+
+    verdict = check_after_timing(work, request, [originals[i] for i in work["inputs"]],
+                                 snapshot, median, check_possible, kernel_seconds, restore)
     if "error_kind" in verdict:
         return verdict
     del jit  # releases the candidate's JIT engine and its code

@@ -399,3 +399,99 @@ def test_norm_tuned_with_vectorised_partial_sums_passes_the_check():
     assert r.best_schedule is not None
     assert not any(t.error_kind == "wrong_result" for t in r.history), \
         [t.error_kind for t in r.history]
+
+
+# -- model weights: timed without the candidate's packing of them --------------------------------
+
+def _packing_candidate(func: PrimFunc) -> PrimFunc:
+    """A design-space sample of ``func`` that packs its second operand (B) into panels."""
+    from schedules.space import DesignSpace
+
+    space = DesignSpace(func, Target("llvm"))
+    for sketch in range(len(space.sketches)):
+        for seed in range(8):
+            cand = space.sample(seed=seed, sketch=sketch)
+            if any(i.kind == "pack_layout" for i in cand.final_trace):
+                return cand.func
+    raise AssertionError("no sketch of the matmul packs an operand")
+
+
+def test_weight_packing_is_split_off_the_build_and_run_once_before_timing(builder):
+    from autotune.prepack import split_packing
+
+    cand = _packing_candidate(REFERENCE)
+    _, packs = split_packing(cand, {1})
+    assert [p.index for p in packs] == [1]
+    inp = MeasureInput(cand, "llvm", KEY, reference=REFERENCE, weight_params=(1,))
+    plain = MeasureInput(cand, "llvm", KEY, reference=REFERENCE)
+    config = dataclasses.replace(FAST, check="all")
+    with LocalRunner(config) as runner:
+        split_build, plain_build = builder.build([inp, plain])
+        assert split_build.ok and plain_build.ok
+        # With the weights named: the artifact takes B packed, the runner packs it once and
+        # the outputs still match the reference.
+        got = runner.run([inp], [split_build])[0]
+        assert got.error_kind is None, got.error_msg
+        assert got.checked and got.median > 0
+        # Without: the whole candidate, packing included, on the plain arrays.
+        whole = runner.run([plain], [plain_build])[0]
+        assert whole.error_kind is None and whole.checked
+        # The runner packs only what the builder split off: an artifact built whole is
+        # refused under weight_params (its B is the unpacked matrix), and the split one
+        # without them.
+        mixed = runner.run([inp, plain], [plain_build, split_build])
+        for result in mixed:
+            assert result.error_kind == "runtime"
+            assert "differ from the workload's" in result.error_msg
+
+
+def test_weight_params_of_a_function_without_packing_change_nothing(builder):
+    inp = MeasureInput(REFERENCE, "llvm", KEY, reference=REFERENCE, weight_params=(0, 1))
+    (build,) = builder.build([inp])
+    with LocalRunner(FAST) as runner:
+        result = runner.run([inp], [build])[0]
+    assert result.error_kind is None and result.checked
+
+
+def test_measure_input_weight_params_are_parameter_indices():
+    assert MeasureInput(REFERENCE, "llvm", KEY, weight_params=[1, 0, 1]).weight_params == (0, 1)
+    for bad in ([3], [-1], [True], ["B"]):
+        with pytest.raises(ValueError, match="weight_params"):
+            MeasureInput(REFERENCE, "llvm", KEY, weight_params=bad)
+
+
+# -- model weights read cold: the timed calls rotate over copies of them -------------------------
+
+def test_weight_sets_copy_only_the_cold_arrays_and_outgrow_the_cache():
+    from autotune.measure.runner import weight_sets
+
+    arrays = [np.arange(1024, dtype="float32").reshape(32, 32) + k for k in range(3)]
+    cache = 64 * 1024  # bytes: the cold arrays of all sets together pass twice this
+    sets = weight_sets(arrays, [1], cache)
+    assert sets[0] == arrays  # the workload's own arrays first: the check reads them
+    assert len(sets) * arrays[1].nbytes >= 2 * cache
+    assert len({s[1].ctypes.data for s in sets}) == len(sets)  # every copy its own memory
+    for s in sets:
+        assert s[0] is arrays[0] and s[2] is arrays[2]  # activations and outputs shared
+        np.testing.assert_array_equal(s[1], arrays[1])
+    assert all(s[1].ctypes.data % 64 == 0 for s in sets[1:])  # copies aligned like workloads'
+    # Nothing cold, one set; a huge cache, the number of copies is bounded.
+    assert weight_sets(arrays, [], cache) == [arrays]
+    assert len(weight_sets(arrays, [1], 2**40)) == 4096
+
+
+def test_cold_weights_are_timed_and_checked_like_warm_ones(builder):
+    cand = _packing_candidate(REFERENCE)
+    config = dataclasses.replace(FAST, check="all")
+    inputs = [MeasureInput(cand, "llvm", KEY, reference=REFERENCE, weight_params=(1,),
+                           cold_weights=cold) for cold in (False, True)]
+    with LocalRunner(config) as runner:
+        results = runner.run(inputs, builder.build(inputs))
+    for result in results:
+        assert result.error_kind is None, result.error_msg
+        assert result.checked and result.median > 0
+
+
+def test_measure_input_cold_weights_is_a_bool():
+    with pytest.raises(TypeError, match="cold_weights"):
+        MeasureInput(REFERENCE, "llvm", KEY, weight_params=(1,), cold_weights="yes")

@@ -108,3 +108,53 @@ def test_model_build_packs_weights_once(prepack):
         inputs = random_inputs(model, seed)
         np.testing.assert_allclose(lib.run(inputs)["output"],
                                    model.evaluate(inputs)["output"], rtol=1e-4, atol=1e-5)
+
+
+def test_model_tasks_name_the_weights_a_build_packs():
+    """The tuner times a task as the build runs it: the parameters a build would pack once
+    (the model's constants) are named on each task, and reach its candidates' MeasureInput."""
+    import cost_models
+    import search
+    from autotune.graph.tasks import extract_tasks, partition
+    from autotune.tune import tuning_loop
+    from autotune.tune_model import model_tasks
+    from records import MemoryDatabase
+    from search.simulation import SimulationBuilder, SimulationRunner
+
+    model = conv_bn_relu_model(channels=16, image=7)
+    optimized, _, funcs = partition(model)
+    for task in extract_tasks(model):
+        # Every group of the task agrees with the build's own test of what is a constant.
+        for output in task.groups:
+            gf = funcs[output]
+            constant = {k for k, v in enumerate(gf.params) if v in optimized.constants}
+            assert task.weight_params <= constant
+        if "conv2d" in task.name:
+            shapes = [tuple(task.func.params[k].const_shape) for k in task.weight_params]
+            assert (16, 16, 3, 3) in shapes and 0 not in task.weight_params
+    scheduled = model_tasks(model)
+    assert any(t.weight_params for t in scheduled)
+    task = next(t for t in scheduled if t.weight_params)
+    seen = []
+
+    def cost(inp):
+        seen.append(inp.weight_params)
+        return 1e-3
+
+    loop = tuning_loop(task.func, autotune.Target(TARGET), MemoryDatabase(),
+                       SimulationBuilder(), SimulationRunner(cost), search.SearchConfig(),
+                       search.create("random", seed=0), cost_models.create("random"),
+                       measure_config=None, weight_params=task.weight_params)
+    loop.run(4)
+    assert seen and all(w == task.weight_params for w in seen)
+
+
+def test_weights_are_read_cold_when_they_outgrow_the_last_level_cache():
+    from autotune.tune_model import weights_read_cold
+
+    model = conv_bn_relu_model(channels=16, image=7)
+    weights = sum(np.asarray(a).nbytes for a in model.constants.values())
+    assert weights_read_cold(model, autotune.Target(f"{TARGET} -l3-cache={2 * weights - 1}"))
+    assert not weights_read_cold(model, autotune.Target(f"{TARGET} -l3-cache={2 * weights}"))
+    # Not a CPU cache question on a GPU.
+    assert not weights_read_cold(model, autotune.Target("opencl"))
