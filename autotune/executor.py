@@ -16,6 +16,7 @@ loader that needs numpy alone (autotune/export.py).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import statistics
 import threading
@@ -154,18 +155,58 @@ def _view(storage: np.ndarray, t: TensorType) -> np.ndarray:
     return storage[:t.nbytes].view(t.dtype).reshape(t.shape)
 
 
+def _native_call(kernel, arrays: Sequence[np.ndarray]) -> tuple[int, tuple[int, ...]] | None:
+    """(entry address, data pointers) of a native ``kernel`` on ``arrays``, after the
+    argument checks of ``Kernel.__call__``; None for a kernel without a native entry."""
+    check = getattr(kernel, "_check", None)
+    cfunc = getattr(kernel, "_cfunc", None)
+    if check is None or cfunc is None:
+        return None
+    return ctypes.cast(cfunc, ctypes.c_void_p).value, tuple(check(tuple(arrays)))
+
+
 def _bind(kernel, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
     """A call of ``kernel`` on ``arrays`` with the pointers resolved once.
 
     The arrays are fixed for the executor's life, so the per-call argument checks of
     ``Kernel.__call__`` are done here once (they cost tens of microseconds per call, which
     adds up over a model's kernels).  Kernels without that fast path are called normally."""
-    check = getattr(kernel, "_check", None)
-    cfunc = getattr(kernel, "_cfunc", None)
-    if check is None or cfunc is None:
+    native = _native_call(kernel, arrays)
+    if native is None:
         return lambda: kernel(*arrays)
-    pointers = tuple(check(tuple(arrays)))
+    cfunc, pointers = kernel._cfunc, native[1]
     return lambda: cfunc(*pointers)
+
+
+def _native_sequence(calls: Sequence[tuple[int, tuple[int, ...]]]) -> Callable[[], None]:
+    """One native function calling every ``(entry address, pointers)`` in order: a model's
+    run crosses from Python to native code once instead of once per kernel (a ctypes call
+    costs a microsecond or two, tens of kernels a run).  The addresses and pointers sit in
+    a table the function reads; only the arities are compiled in."""
+    from tensor_ir.codegen import LLVMTarget, compile_module
+
+    lines, slot = [], 0
+    for k, (_, pointers) in enumerate(calls):
+        loads = []
+        for a in range(len(pointers) + 1):  # the entry, then its arguments
+            lines.append(f"  %p{k}_{a} = getelementptr inbounds ptr, ptr %table, i64 {slot}")
+            lines.append(f"  %v{k}_{a} = load ptr, ptr %p{k}_{a}")
+            loads.append(f"%v{k}_{a}")
+            slot += 1
+        args = ", ".join(f"ptr {v}" for v in loads[1:])
+        lines.append(f"  call void {loads[0]}({args})")
+    text = "define void @run_steps(ptr %table) {\nentry:\n" + "\n".join(lines) + \
+        "\n  ret void\n}\n"
+    jit = compile_module(text, LLVMTarget()).jit()
+    table = (ctypes.c_void_p * max(1, slot))(
+        *[value for address, pointers in calls for value in (address, *pointers)])
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(jit.function_address("run_steps"))
+    address = ctypes.addressof(table)
+
+    def run_all(jit=jit, table=table) -> None:  # the defaults keep both alive
+        run(address)
+
+    return run_all
 
 
 def checked_inputs(model: Model, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -227,6 +268,10 @@ class Executor:
         if missing:
             raise BuildError(f"executor of {model.name}: values {missing[:5]} have no buffer")
         self._calls = [_bind(s.kernel, [arrays[v] for v in s.args]) for s in steps]
+        # ``_execute``: every kernel from one native call when all of them are native
+        # (profile still calls them one by one, to time each).
+        natives = [_native_call(s.kernel, [arrays[v] for v in s.args]) for s in steps]
+        self._run_all = _native_sequence(natives) if steps and None not in natives else None
 
     # -- information --------------------------------------------------------------------------
     @property
@@ -262,6 +307,9 @@ class Executor:
             np.copyto(self._arrays[name], value, casting="same_kind")
 
     def _execute(self) -> None:
+        if self._run_all is not None:
+            self._run_all()
+            return
         for call in self._calls:
             call()
 

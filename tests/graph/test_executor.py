@@ -153,3 +153,21 @@ def test_every_kernel_argument_is_64_byte_aligned(model, lib):
     out = lib.run(random_inputs(model, 3))["output"]
     np.testing.assert_allclose(out, model.evaluate(random_inputs(model, 3))["output"],
                                rtol=1e-4, atol=1e-5)
+
+
+def test_a_run_is_one_native_call_with_the_kernels_results(model, lib):
+    """Every kernel of a CPU model is called from one native function (no Python between
+    kernels); it computes what calling the kernels one by one does."""
+    assert lib._run_all is not None
+    inputs = random_inputs(model, 2)
+    fused = lib.run(inputs)["output"]
+    lib._set_inputs(random_inputs(model, 3))
+    for name in lib.model.outputs:
+        lib._arrays[name][...] = np.nan
+    for call in lib._calls:  # the same kernels, one ctypes call each
+        call()
+    lib._set_inputs(inputs)
+    for call in lib._calls:
+        call()
+    np.testing.assert_array_equal(lib._arrays["output"], fused)
+    np.testing.assert_allclose(fused, model.evaluate(inputs)["output"], rtol=1e-4, atol=1e-5)
