@@ -12,8 +12,9 @@ default schedules; for every budget (the model's total trials in the database, s
 reached one after the other and a stopped run continues where it was) the tuning time spent,
 the estimated latency (the tasks' best times) and the measured latency of the model built
 from the records (``tuned_vs_tasks``: their ratio), their coverage, the largest difference
-from onnxruntime's outputs, and the same build exported (``export_library``) and run by the
-artifact's own numpy-and-ctypes loader (``exported_ms``, timed in the same rounds).  Each
+from onnxruntime's outputs, the same build exported (``export_library``) and run by the
+artifact's own numpy-and-ctypes loader (``exported_ms``, timed in the same rounds), and per
+task its kernels' time in the model beside its best record's time alone (``kernels``).  Each
 latency of ours (default schedules, each budget) is timed in alternating rounds with
 onnxruntime on the same model (the same weights, exported from our graph to ONNX here, its
 output checked against ours), so that the ratio (``default_vs_onnxruntime``,
@@ -183,6 +184,29 @@ def exported_copy(lib, folder: str):
     return loader.load(folder)
 
 
+def kernel_table(lib, database: str, target, repeat: int = 15) -> list[dict]:
+    """Per task of the built model, heaviest first: its kernels' median time in the model
+    (``lib.profile``, summed over its calls) beside the time its best record was measured
+    at alone (the tuner's measurement, times its calls), and their ratio."""
+    from records import Database
+
+    rows: dict[str, dict] = {}
+    for step, (name, ms) in zip(lib.steps, lib.profile(repeat=repeat)):
+        row = rows.setdefault(step.key, {"task": name, "key": step.key[:12], "calls": 0,
+                                         "model_ms": 0.0})
+        row["calls"] += 1
+        row["model_ms"] += ms
+    with Database(database) as db:
+        for key, row in rows.items():
+            best = db.best(key, str(target))
+            seconds = None if best is None else (best.score if best.score is not None
+                                                 else best.median)
+            row["task_ms"] = None if seconds is None else seconds * 1e3 * row["calls"]
+            row["model_vs_task"] = (round(row["model_ms"] / row["task_ms"], 3)
+                                    if row["task_ms"] else None)
+    return sorted(rows.values(), key=lambda r: -r["model_ms"])
+
+
 # ---------------------------------------------------------------------------------------------
 # The benchmark
 # ---------------------------------------------------------------------------------------------
@@ -255,7 +279,8 @@ def bench_model(name: str, args) -> dict:
             "max_abs_diff_vs_onnxruntime": max(float(np.max(np.abs(got[k] - theirs[k])))
                                                for k in got),
             "exported_max_abs_diff": max(float(np.max(np.abs(exported_out[k] - got[k])))
-                                         for k in got)})
+                                         for k in got),
+            "kernels": kernel_table(tuned, args.db, target)})
     return out
 
 
