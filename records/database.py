@@ -711,10 +711,17 @@ class Database:
                 f"SELECT r.trace_hash FROM records r WHERE r.workload_key = ? AND {cond} AND "
                 f"r.trace_hash IN ({marks})", [key, *params, *wanted])}
             conn.execute("DELETE FROM claims WHERE expires < ?", (now,))
-            taken = {h for (h,) in conn.execute(
-                f"SELECT trace_hash FROM claims WHERE workload_key = ? AND target = ? AND "
-                f"owner != ? AND trace_hash IN ({marks})",
-                [key, primary, self._owner, *wanted])}
+            rows = conn.execute(
+                f"SELECT trace_hash, owner FROM claims WHERE workload_key = ? AND target = ? "
+                f"AND owner != ? AND trace_hash IN ({marks})",
+                [key, primary, self._owner, *wanted]).fetchall()
+            # A run killed mid-batch on this machine leaves its claims behind: they lapse at
+            # once, not after ``ttl`` (its resumed run would otherwise skip that batch).
+            dead = {owner for _, owner in rows if _owner_is_dead(owner)}
+            if dead:
+                conn.execute(f"DELETE FROM claims WHERE owner IN ({','.join('?' * len(dead))})",
+                             sorted(dead))
+            taken = {h for h, owner in rows if owner not in dead}
             granted = [h for h in wanted if h not in taken and h not in measured]
             conn.executemany("INSERT OR REPLACE INTO claims(workload_key, target, trace_hash, "
                              "owner, expires) VALUES (?, ?, ?, ?, ?)",
@@ -993,3 +1000,19 @@ def _check_file(path: str, create: bool) -> None:
     if head and (len(head) < 100 or not head.startswith(_SQLITE_MAGIC)):
         raise DatabaseError(f"{path} is not an SQLite database (it starts with "
                             f"{head[:16]!r}); nothing was written to it")
+
+
+def _owner_is_dead(owner: str) -> bool:
+    """Whether a claim's owner ("host:pid:object") is a process of this machine that has
+    exited.  Owners on other machines, and unreadable ones, count as alive: their claims
+    lapse by time."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != host_name() or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive under another user (PermissionError), or unknowable
+        return False
+    return False

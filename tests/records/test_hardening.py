@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import warnings
 
@@ -204,3 +205,31 @@ def test_two_database_objects_claim_disjoint_candidates(tmp_path):
         # Claims are a process's own: claiming again is granted, and expired ones lapse.
         assert a.claim(key, TARGET, hashes[:4]) == first
         assert b.claim(key, TARGET, hashes[:2], ttl=0.0) == set()
+
+
+def test_claims_of_a_process_that_died_on_this_machine_lapse_at_once(tmp_path):
+    """A run killed mid-batch leaves claims with an hour to live; its resumed run must not
+    skip those candidates, while a live process's claims still hold."""
+    import subprocess
+    import sys
+
+    from records import host_name
+
+    path = tmp_path / "t.db"
+    func = ops.matmul(16, 16, 16)
+    space = DesignSpace(func, TARGET)
+    hashes = list(dict.fromkeys(trace_hash(space.sample(seed=s).final_trace)
+                                for s in range(8)))[:4]
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(gone.stdout)
+    with Database(path) as db:
+        key = db.commit_workload(func)
+        live, dead = f"{host_name()}:{os.getppid()}:1", f"{host_name()}:{dead_pid}:1"
+        elsewhere = f"another-host:{dead_pid}:1"
+        with Database(path) as other:  # claims as another process would leave them
+            assert other.claim(key, TARGET, hashes[:3]) == set(hashes[:3])
+        with db._write("giving the claims their owners") as conn:
+            conn.executemany("UPDATE claims SET owner = ? WHERE trace_hash = ?",
+                             [(live, hashes[0]), (dead, hashes[1]), (elsewhere, hashes[2])])
+        assert db.claim(key, TARGET, hashes) == {hashes[1], hashes[3]}
