@@ -174,7 +174,7 @@ def _bind(kernel, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
     native = _native_call(kernel, arrays)
     if native is None:
         return lambda: kernel(*arrays)
-    cfunc, pointers = kernel._cfunc, native[1]
+    cfunc, pointers = getattr(kernel, "_cfunc"), native[1]
     return lambda: cfunc(*pointers)
 
 
