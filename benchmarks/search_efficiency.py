@@ -47,6 +47,12 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _ms(value: float) -> float:
+    """Milliseconds to four significant digits: a fixed number of decimals left kernels of
+    tens of microseconds three digits, and the median of two such rows off their mean."""
+    return float(f"{value:.4g}")
+
+
 def _geomean(values) -> float | None:
     values = [v for v in values if v and v > 0 and math.isfinite(v)]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
@@ -87,7 +93,7 @@ def table_main(args) -> dict:
             curve = _curve(r.history)  # the run's own best-so-far, trial by trial
             reach = _reaching(curve, curve[-1]) if curve else None
             row = {"workload": key, "what": w.what, "seed": seed, "trials": r.trials,
-                   "ours_ms": round(ours_ms, 4),
+                   "ours_ms": _ms(ours_ms),
                    "gflops": round(w.flops / r.best_time / 1e9, 1) if r.best_time else None,
                    "tvm_ms": tvm_ms,
                    "speedup_vs_tvm": round(tvm_ms / ours_ms, 3) if tvm_ms else None,
@@ -103,7 +109,7 @@ def table_main(args) -> dict:
         ms = statistics.median(r["ours_ms"] for r in mine)
         tvm_ms = mine[0]["tvm_ms"]
         ratios = [r["speedup_vs_tvm"] for r in mine if r["speedup_vs_tvm"]]
-        summary.append({"workload": key, "median_ours_ms": round(ms, 4),
+        summary.append({"workload": key, "median_ours_ms": _ms(ms),
                         "tvm_ms": tvm_ms,
                         "speedup_vs_tvm": round(tvm_ms / ms, 3) if tvm_ms else None,
                         "speedup_range": [min(ratios), max(ratios)] if ratios else None,
