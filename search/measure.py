@@ -120,8 +120,8 @@ class MeasureInput:
     packs a weight into the layout the schedule reads it in once, at build (see
     autotune.prepack), so a CPU builder and runner time the candidate without that packing:
     the runner packs the workload's array once, before the timed calls.  ``cold_weights``:
-    those weights are read from memory on every call in the model (its weights outgrow the
-    last-level cache), so a CPU runner times each call on weights not in cache."""
+    those weights are read from memory on every call in the model (its weights do not stay
+    in the last-level cache), so a CPU runner times each call on weights not in cache."""
 
     func: PrimFunc
     target: Target

@@ -25,7 +25,8 @@ A candidate that names model weights (``MeasureInput.weight_params``) is built w
 packing of them (the builder splits it off, see autotune.prepack); before step 1 the worker
 runs those packing nests once on the workload's arrays and times the candidate on the packed
 copies, as a built model runs it.  When those weights are read cold in the model
-(``MeasureInput.cold_weights``: the model's weights outgrow the last-level cache), the timed
+(``MeasureInput.cold_weights``: the model's weights take more than half the last-level cache,
+see autotune.tune_model.weights_read_cold), the timed
 calls rotate over copies of them (``weight_sets``), so each call reads its weights from memory
 while the activations stay warm.
 
@@ -398,7 +399,7 @@ class _Harness:
     def loop(self, arity: int):
         """``time_loop(fn, argv, sets, n)``: ``n`` calls of ``fn``, call ``i`` taking the
         ``i % sets``-th of ``sets`` consecutive argument vectors of ``arity`` pointers in
-        ``argv`` (one set but for weights read cold, see ``_weight_sets``)."""
+        ``argv`` (one set but for weights read cold, see ``weight_sets``)."""
         entry = self._loops.get(arity)
         if entry is None:
             from tensor_ir.codegen import LLVMTarget, compile_module
@@ -626,7 +627,7 @@ _MAX_WEIGHT_SETS = 4096
 def weight_sets(arrays: Sequence[np.ndarray], cold: Sequence[int],
                 cache_bytes: int | None) -> list[list[np.ndarray]]:
     """Argument sets that make every call read the ``cold`` parameters from memory, as a
-    model whose weights outgrow the last-level cache reads each of them once per inference:
+    model whose weights do not stay in the last-level cache reads each once per inference:
     ``arrays`` first, then copies of it whose cold arrays are fresh copies (the rest shared),
     enough that the cold bytes of all sets exceed twice ``cache_bytes``.  The timing loop
     calls them in turn; activations stay as warm as their producer left them in the model.
