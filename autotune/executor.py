@@ -165,13 +165,15 @@ def _native_call(kernel, arrays: Sequence[np.ndarray]) -> tuple[int, tuple[int, 
     return ctypes.cast(cfunc, ctypes.c_void_p).value, tuple(check(tuple(arrays)))
 
 
-def _bind(kernel, arrays: Sequence[np.ndarray]) -> Callable[[], None]:
-    """A call of ``kernel`` on ``arrays`` with the pointers resolved once.
+def _bind(kernel, arrays: Sequence[np.ndarray],
+          native: tuple[int, tuple[int, ...]] | None) -> Callable[[], None]:
+    """A call of ``kernel`` on ``arrays`` with the pointers resolved once (``native``, from
+    ``_native_call``).
 
     The arrays are fixed for the executor's life, so the per-call argument checks of
-    ``Kernel.__call__`` are done here once (they cost tens of microseconds per call, which
-    adds up over a model's kernels).  Kernels without that fast path are called normally."""
-    native = _native_call(kernel, arrays)
+    ``Kernel.__call__`` are done once, at build (they cost tens of microseconds per call,
+    which adds up over a model's kernels).  Kernels without that fast path are called
+    normally."""
     if native is None:
         return lambda: kernel(*arrays)
     cfunc, pointers = getattr(kernel, "_cfunc"), native[1]
@@ -267,10 +269,12 @@ class Executor:
         missing = [v for s in steps for v in s.args if v not in arrays]
         if missing:
             raise BuildError(f"executor of {model.name}: values {missing[:5]} have no buffer")
-        self._calls = [_bind(s.kernel, [arrays[v] for v in s.args]) for s in steps]
+        operands = [[arrays[v] for v in s.args] for s in steps]
+        natives = [_native_call(s.kernel, args) for s, args in zip(steps, operands)]
+        self._calls = [_bind(s.kernel, args, native)
+                       for s, args, native in zip(steps, operands, natives)]
         # ``_execute``: every kernel from one native call when all of them are native
         # (profile still calls them one by one, to time each).
-        natives = [_native_call(s.kernel, [arrays[v] for v in s.args]) for s in steps]
         self._run_all = _native_sequence(natives) if steps and None not in natives else None
 
     # -- information --------------------------------------------------------------------------
