@@ -33,7 +33,7 @@ def build(func: PrimFunc | Model, target: str | Target | None = "llvm",
     ``apply_history_best`` an unlowered function is replaced by its best record's program
     (by its default schedule on a CPU target when it has none); otherwise a function builds as
     scheduled and a model with default schedules.  ``name``: a kernel's symbol.  An ``opencl``
-    target builds a PrimFunc through :func:`autotune.gpu.build_gpu`."""
+    or ``cuda`` target builds a PrimFunc through :func:`autotune.gpu.build_gpu`."""
     context = current()
     if not isinstance(func, (PrimFunc, Model)):
         raise BuildError(f"build takes a PrimFunc or a Model, got {type(func).__name__}")
@@ -48,7 +48,7 @@ def build(func: PrimFunc | Model, target: str | Target | None = "llvm",
             scheduled = default_schedule(func, resolved)
         if scheduled is not None:
             func = scheduled
-    if resolved.kind == "opencl":
+    if resolved.is_gpu:
         return build_gpu(func, resolved, name)
     return build_scheduled(func, target, name)
 

@@ -1,4 +1,5 @@
-"""OpenCL kernels: build a PrimFunc into OpenCL C and run it through pyopencl on numpy arrays.
+"""GPU kernels: build a PrimFunc into OpenCL C and run it through pyopencl on numpy arrays
+(CUDA targets: :mod:`autotune.cuda`, which :func:`build_gpu` hands them to).
 
     kernel = autotune.build(func, target="opencl")           # or "opencl -platform=pocl"
     kernel(a, b, c)               # copied to the device, outputs copied back in place
@@ -20,7 +21,10 @@ from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target, TargetError, opencl_device
 from tensor_ir.thread_reduce import lower_for_gpu
 
-__all__ = ["GPUKernel", "build_gpu", "device_context", "opencl_available", "opencl_problem"]
+from .kernel_args import check_arrays
+
+__all__ = ["GPUKernel", "build_gpu", "device_context", "gpu_program",
+           "opencl_available", "opencl_problem"]
 
 # platform string -> (context, queue), or the BuildError of a device that cannot compile.
 _CONTEXTS: dict[str | None, tuple | BuildError] = {}
@@ -150,22 +154,7 @@ class GPUKernel:
         return self.source.code
 
     def _check(self, arrays) -> None:
-        if len(arrays) != len(self.params):
-            raise BuildError(f"kernel {self.entry_name} takes {len(self.params)} arrays, got "
-                             f"{len(arrays)}")
-        for p, a in zip(self.params, arrays):
-            if not isinstance(a, np.ndarray):
-                raise BuildError(f"kernel {self.entry_name}: argument {p.name} must be a numpy "
-                                 f"array, got {type(a).__name__}")
-            if a.shape != tuple(p.shape) or a.dtype != np.dtype(p.dtype):
-                raise BuildError(f"kernel {self.entry_name}: argument {p.name} must be "
-                                 f"{p.dtype}{list(p.shape)}, got {a.dtype}{list(a.shape)}")
-            if not a.flags.c_contiguous:
-                raise BuildError(f"kernel {self.entry_name}: argument {p.name} must be "
-                                 "C-contiguous")
-            if p.written and not a.flags.writeable:
-                raise BuildError(f"kernel {self.entry_name}: argument {p.name} is written but "
-                                 "the array is read-only")
+        check_arrays(self.entry_name, self.params, arrays)
 
     def _device_buffers(self, arrays, all_writable: bool) -> list:
         """Device buffers of the caller's arrays (copied in), then of the temporaries."""
@@ -206,6 +195,18 @@ class GPUKernel:
     def finish(self) -> None:
         """Wait until everything enqueued has run."""
         self._queue.finish()
+
+    def elapsed(self, buffers, number: int) -> float:
+        """Seconds for ``number`` calls on ``buffers``, by the host's clock between two
+        waits for the queue (the same interface as a CUDA kernel's event timing)."""
+        import time
+
+        self._queue.finish()
+        start = time.perf_counter()
+        for _ in range(number):
+            self._launch(buffers)
+        self._queue.finish()
+        return time.perf_counter() - start
 
     def bind(self, buffers, temps: list | None = None) -> tuple[list, list]:
         """Launches of this function on fixed device ``buffers`` (one per parameter, in
@@ -264,18 +265,11 @@ class GPUKernel:
         """Seconds per call of the kernels alone, one entry per repeat: the arrays are copied
         to the device once; a repeat launches every kernel ``number`` times between two waits
         for the queue, ``number`` grown until a repeat lasts ``min_repeat_ms``."""
-        import time
-
         self._check(arrays)
         buffers = self._device_buffers(arrays, all_writable=True)
 
         def run(number: int) -> float:
-            self._queue.finish()
-            start = time.perf_counter()
-            for _ in range(number):
-                self._launch(buffers)
-            self._queue.finish()
-            return time.perf_counter() - start
+            return self.elapsed(buffers, number)
 
         run(1)  # warm-up: the first launch pays for setting the kernel up
         number = 1
@@ -286,28 +280,49 @@ class GPUKernel:
         return times
 
 
-def build_gpu(func: PrimFunc, target: str | Target = "opencl",
-              name: str | None = None) -> GPUKernel:
+def build_gpu(func: PrimFunc, target: str | Target = "opencl", name: str | None = None):
     """Lower ``func`` (if needed) for the GPU (:func:`tensor_ir.thread_reduce.lower_for_gpu`:
-    cross-thread reductions, then the ordinary lowering), print it as OpenCL C and compile it
-    for ``target``'s device.  Raises TargetError for a non-OpenCL target and BuildError for a program a kernel
-    cannot be (see :func:`tensor_ir.codegen.gpu_c.gpu_source`) or a missing runtime.  A
-    function whose top level is a sequence of nests becomes one kernel per nest, launched in
-    order (:func:`tensor_ir.codegen.gpu_c.gpu_module`)."""
+    cross-thread reductions, then the ordinary lowering), print it as OpenCL C (an ``opencl``
+    target, giving a :class:`GPUKernel`) or CUDA C (a ``cuda`` target, giving an
+    :class:`autotune.cuda.CUDAKernel`) and compile it for ``target``'s device.  Raises
+    TargetError for a CPU target and BuildError for a program a kernel cannot be (see
+    :func:`tensor_ir.codegen.gpu_c.gpu_source`), one the verifier refuses, or a missing
+    runtime.  A function whose top level is a sequence of nests becomes one kernel per nest,
+    launched in order (:func:`tensor_ir.codegen.gpu_c.gpu_module`)."""
     t = Target(target)
-    if t.kind != "opencl":
-        raise TargetError(f"build_gpu runs OpenCL targets; {str(t)!r} is a {t.kind} target")
+    if not t.is_gpu:
+        raise TargetError(f"build_gpu runs GPU (opencl, cuda) targets; {str(t)!r} is a "
+                          f"{t.kind} target")
     if not isinstance(func, PrimFunc):
         raise BuildError(f"build_gpu takes a PrimFunc, got {type(func).__name__}")
+    if t.kind == "cuda":
+        from .cuda import cuda_problem
+
+        problem = cuda_problem()  # no pycuda or no GPU: say so before spending a compile
+        if problem is not None:
+            raise BuildError(problem)
+    else:
+        _context(dict(t.options).get("platform"))
+    lowered, source = gpu_program(func, t, name)
+    if t.kind == "cuda":
+        from .cuda import CUDAKernel
+
+        return CUDAKernel(source, lowered, t)
+    return GPUKernel(source, lowered, t)
+
+
+def gpu_program(func: PrimFunc, target: Target, name: str | None = None):
+    """``(lowered function, GPUModule)`` of ``func`` for GPU ``target``, in its dialect,
+    checked by the verifier kernel by kernel: the target's limits (for CUDA with nvcc here,
+    ptxas's register count too), and no global store that a launch axis leaves to several
+    threads (an unbound loop every thread would repeat, a reduction bound to threads without
+    the cross-thread lowering).  Needs no device."""
     lowered = lower_for_gpu(func)
-    source = gpu_module(lowered, "opencl", name=name,
-                        max_threads_per_block=t.max_threads_per_block,
-                        max_shared_memory_per_block=t.max_shared_memory_per_block)
-    # The verifier, kernel by kernel: the target's limits, and no global store that a launch
-    # axis leaves to several threads (an unbound loop every thread would repeat, a reduction
-    # bound to threads without the cross-thread lowering).
+    dialect = "cuda" if target.kind == "cuda" else "opencl"
+    source = gpu_module(lowered, dialect, name=name,
+                        max_threads_per_block=target.max_threads_per_block,
+                        max_shared_memory_per_block=target.max_shared_memory_per_block)
     _, bodies = split_kernels(lowered.body)
     for kernel, body in zip(source.kernels, bodies):
-        verify_gpu_kernel(kernel, t, func=body)
-    _context(dict(t.options).get("platform"))  # a clear BuildError before pyopencl is imported
-    return GPUKernel(source, lowered, t)
+        verify_gpu_kernel(kernel, target, func=body)
+    return lowered, source

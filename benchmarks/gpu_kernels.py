@@ -1,19 +1,23 @@
 """GPU kernels of the hand-written schedules (benchmarks/gpu_schedules.py), timed on the
 device in use.  Prints one JSON document.
 
-    python -m benchmarks.gpu_kernels [--only add_1M,transpose_1024_tile16]
+    python -m benchmarks.gpu_kernels [--target cuda|opencl] [--only add_1M,sgemm_4096]
 
 Per schedule: each kernel's launch grid and block, the median kernel time (arrays on the
-device, copies not timed) and its spread, the outputs checked against numpy, and numpy's time
-for the same operation (OpenBLAS on this CPU) as ``reference_ms``.  On a machine without a GPU
-the device is PoCL, OpenCL on the CPU, which runs the schedules for their results: its times
-say little about a GPU's.  NOTE: the vendor-library reference on a GPU (cuBLAS through torch or
-cupy) comes with the CUDA runtime (issue "GPUs, part 1").
+device, copies not timed) and its spread, the outputs checked against numpy, and a reference
+time for the same operation as ``reference_ms``.  On a CUDA GPU (the default target when
+pycuda sees one) kernels are timed with CUDA events and the reference is the vendor library
+through torch (cuBLAS, cuDNN, torch's own softmax / layer_norm kernels), timed with CUDA events
+on the same device, TF32 off so that both compute in float32; ``vs_reference`` is reference
+time over ours (above 1: ours is faster).  Elsewhere the device is OpenCL (PoCL on the CPU
+when no GPU is here, which runs the schedules for their results: its times say little about a
+GPU's) and the reference is numpy on this CPU.
 """
 from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -28,6 +32,7 @@ from benchmarks.gpu_schedules import (
     layer_norm_rows,
     matmul_register_tile,
     row_sum,
+    sgemm_block_tile,
     softmax_block_rows,
     softmax_rows,
     tiled_matmul,
@@ -74,7 +79,61 @@ CASES = {
     "layer_norm_xthread_4096x256": (layer_norm_block_rows,
                                     {"rows": 4096, "cols": 256, "threads": 64},
                                     ref_layer_norm),
+    # SGEMM 4096^3: 128 x 128 tiles of C per block of 16 x 16 threads, 8 x 8 per thread.
+    "sgemm_4096": (sgemm_block_tile, {"n": 4096, "m": 4096, "k": 4096, "reg": (8, 8)},
+                   lambda a, b: a @ b),
+    "sgemm_4096_unroll_k": (sgemm_block_tile, {"n": 4096, "m": 4096, "k": 4096, "reg": (8, 8),
+                                               "unroll_k": True}, lambda a, b: a @ b),
+    "sgemm_1024": (sgemm_block_tile, {"n": 1024, "m": 1024, "k": 1024, "reg": (8, 8)},
+                   lambda a, b: a @ b),
 }
+
+
+def _torch_reference(make, sizes: dict):
+    """The torch version of a schedule's operation on its input tensors (on the GPU), or
+    None where torch has none worth timing."""
+    import torch
+    import torch.nn.functional as F
+
+    if make in (tiled_matmul, matmul_register_tile, cooperative_matmul, sgemm_block_tile):
+        return lambda a, b: a @ b
+    if make is elementwise_add:
+        return lambda a, b: a + b
+    if make in (row_sum, cross_thread_row_sum):
+        return lambda a: a.sum(dim=1)
+    if make is transpose_shared:
+        return lambda a: a.t().contiguous()
+    if make is conv2d_nchw:
+        stride = sizes.get("stride", 1)
+        return lambda x, w: F.conv2d(x, w, stride=stride, padding=1)
+    if make is depthwise_conv2d_nchw:
+        stride = sizes.get("stride", 1)
+        return lambda x, w: F.conv2d(x, w.reshape(w.shape[0], 1, 3, 3), stride=stride,
+                                     padding=1, groups=w.shape[0])
+    if make in (softmax_rows, softmax_block_rows):
+        return lambda x: torch.softmax(x, dim=1)
+    if make in (layer_norm_rows, layer_norm_block_rows):
+        return lambda x, g, b: F.layer_norm(x, (x.shape[1],), g, b, eps=1e-5)
+    return None
+
+
+def _torch_ms(fn, arrays: list, repeat: int = 7, number: int = 20) -> float:
+    import torch
+
+    tensors = [torch.from_numpy(a).cuda() for a in arrays]
+    for _ in range(3):
+        fn(*tensors)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            fn(*tensors)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / number)
+    return statistics.median(times)
 
 
 def _numpy_ms(reference, inputs: list, repeat: int = 5) -> float:
@@ -90,44 +149,91 @@ def main(argv=None) -> None:
     import argparse
 
     from autotune.gpu import build_gpu, opencl_problem
-    from tensor_ir.target import opencl_device_facts
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_kernels")
     parser.add_argument("--only", default=None,
                         help="comma-separated case names (default: all of them)")
+    parser.add_argument("--target", default="auto", choices=("auto", "cuda", "opencl"),
+                        help="cuda (the GPU here, through pycuda), opencl, or auto: cuda "
+                             "when pycuda sees a GPU, else opencl")
     args = parser.parse_args(argv)
     names = list(CASES) if args.only is None else args.only.split(",")
     unknown = [n for n in names if n not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
     out: dict = {"benchmark": "gpu_kernels", "device": None, "schedules": {}}
-    problem = opencl_problem()
-    if problem is not None:
-        out["error"] = f"{problem} (the test extra installs pyopencl with PoCL)"
-        print(json.dumps(out, indent=1))
-        return
+    kind = args.target
+    if kind in ("auto", "cuda"):
+        from autotune.cuda import cuda_device_facts, cuda_problem, cuda_target
+
+        problem = cuda_problem()
+        if problem is None:
+            kind = "cuda"
+        elif kind == "cuda":
+            out["error"] = problem
+            print(json.dumps(out, indent=1))
+            return
+        else:
+            kind = "opencl"
+    if kind == "opencl":
+        problem = opencl_problem()
+        if problem is not None:
+            out["error"] = f"{problem} (the test extra installs pyopencl with PoCL)"
+            print(json.dumps(out, indent=1))
+            return
+        target = "opencl"
+    else:
+        import torch
+
+        # float32 on both sides: no TF32 in cuBLAS or cuDNN.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        target = str(cuda_target())
+        out["device"] = cuda_device_facts()
+        out["target"] = target
     rng = np.random.default_rng(0)
     for name in names:
         make, sizes, reference = CASES[name]
         func, arrays, expected = make(rng, **sizes)
         inputs = [i for i in range(len(arrays)) if i not in expected]
-        kernel = build_gpu(func, "opencl")
-        out["device"] = opencl_device_facts(dict(kernel.target.options).get("platform")).get(
-            "name", str(kernel.target))
+        kernel = build_gpu(func, target)
+        if kind == "opencl":
+            from tensor_ir.target import opencl_device_facts
+
+            out["device"] = opencl_device_facts(
+                dict(kernel.target.options).get("platform")).get("name", str(kernel.target))
+        for index in expected:
+            arrays[index][...] = np.nan  # every element must be written
         kernel(*arrays)
         for index, want in expected.items():
-            np.testing.assert_allclose(arrays[index], want, rtol=1e-4, atol=1e-4)
+            # Sums of thousands of products: the tolerance scales with the largest output.
+            atol = 1e-4 * max(1.0, float(np.abs(want).max()))
+            np.testing.assert_allclose(arrays[index], want, rtol=1e-4, atol=atol,
+                                       err_msg=name)
         times = kernel.time(*arrays)
         median = statistics.median(times)
-        out["schedules"][name] = {
+        row = {
             "launches": [{"kernel": k.name, "grid": list(k.grid), "block": list(k.block)}
                          for k in kernel.source.kernels],
             "kernel_ms": round(1e3 * median, 4),
             "spread": round((max(times) - min(times)) / median, 3),
-            "reference": "numpy",
-            "reference_ms": round(_numpy_ms(reference, [arrays[i] for i in inputs]), 4),
             "correct": True,
         }
+        fn = _torch_reference(make, sizes) if kind == "cuda" else None
+        if fn is not None:
+            row["reference"] = "torch " + __import__("torch").__version__
+            row["reference_ms"] = round(_torch_ms(fn, [arrays[i] for i in inputs]), 4)
+        else:
+            row["reference"] = "numpy"
+            row["reference_ms"] = round(_numpy_ms(reference, [arrays[i] for i in inputs]), 4)
+        row["vs_reference"] = round(row["reference_ms"] / row["kernel_ms"], 3)
+        if make in (tiled_matmul, matmul_register_tile, cooperative_matmul, sgemm_block_tile):
+            n, k = arrays[0].shape
+            m = arrays[1].shape[1]
+            row["gflops"] = round(2 * n * m * k / median / 1e9, 1)
+        out["schedules"][name] = row
+        print(f"{name}: {row['kernel_ms']} ms, reference {row['reference_ms']} ms",
+              file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
 
 

@@ -446,10 +446,75 @@ def layer_norm_block_rows(rng: np.random.Generator, rows: int = 5, cols: int = 3
     return (sch.func, [data, g, bt, np.zeros_like(data)],
             {3: ref_layer_norm(data, g, bt)})
 
+
+
+def sgemm_block_tile(rng: np.random.Generator, n: int = 64, m: int = 64, k: int = 32,
+                     threads=(16, 16), reg=(4, 4), k_tile: int = 16, vector: int = 4,
+                     unroll_k: bool = False):
+    """C = A @ B with the structure of a fast SGEMM: each block computes a
+    (threads[0] * reg[0]) x (threads[1] * reg[1]) tile of C, each thread a ``reg`` tile held in
+    registers (cache_write "local", its loops unrolled so that the accumulators are scalar
+    registers), written back once; per ``k_tile`` of the reduction, the block copies A's and
+    B's tiles into shared memory, B's rows with ``vector``-wide loads (float4).
+
+    The fetches are staged dimension by dimension (as :func:`_stage_by_dimension` explains): A's tile
+    (block rows x k_tile) with its rows over threadIdx.y and its k_tile columns over
+    threadIdx.x, so ``k_tile`` equals ``threads[1]``; B's tile (k_tile x block columns) with
+    its rows over threadIdx.y (``k_tile`` equals ``threads[0]`` too) and its columns split
+    over threadIdx.x and the vector lanes.  ``unroll_k`` unrolls the k_tile loop as well
+    (more independent instructions per step, more code)."""
+    ty_n, tx_n = threads
+    ri, rj = reg
+    if not k_tile == tx_n == ty_n:
+        raise ValueError("sgemm_block_tile stages A's k columns over threadIdx.x and B's k "
+                         "rows over threadIdx.y: k_tile must equal both thread counts")
+    a = te.placeholder((n, k), name="A")
+    b = te.placeholder((k, m), name="B")
+    kk = te.reduce_axis((0, k), name="k")
+    c = te.compute((n, m), lambda i, j: te.sum(a[i, kk] * b[kk, j], axis=kk), name="C")
+    sch = Schedule(te.create_prim_func([a, b, c], name="sgemm"))
+    block = sch.get_block("C")
+    write_back = sch.cache_write(block, 0, "local")
+    i, j, r = sch.get_loops(block)
+    by, ty, ii = sch.split(i, [None, ty_n, ri])
+    bx, tx, ji = sch.split(j, [None, tx_n, rj])
+    ko, ki = sch.split(r, [None, k_tile])
+    sch.reorder(by, bx, ty, tx, ko, ki, ii, ji)
+    _bind_threads(sch, (by, bx, ty, tx), ("blockIdx.y", "blockIdx.x", "threadIdx.y",
+                                          "threadIdx.x"))
+    sch.unroll(ii)
+    sch.unroll(ji)
+    if unroll_k:
+        sch.unroll(ki)
+    # The accumulators zeroed once before the k loop, not tested for k == 0 at every step.
+    init = sch.decompose_reduction(block, ko)
+    for loop in sch.get_loops(init)[-2:]:
+        sch.unroll(loop)
+    sch.reverse_compute_at(write_back, tx)
+    for loop in sch.get_loops(write_back)[-2:]:
+        sch.unroll(loop)
+    a_tile = sch.cache_read(block, 0, "shared")
+    b_tile = sch.cache_read(block, 1, "shared")
+    sch.compute_at(a_tile, ko)
+    sch.compute_at(b_tile, ko)
+    rows_a, cols_a = sch.get_loops(a_tile)[-2:]
+    _, lane_y = sch.split(rows_a, [None, ty_n])
+    sch.bind(lane_y, "threadIdx.y")
+    sch.bind(cols_a, "threadIdx.x")
+    rows_b, cols_b = sch.get_loops(b_tile)[-2:]
+    sch.bind(rows_b, "threadIdx.y")
+    _, lane_x, lanes = sch.split(cols_b, [None, tx_n, vector])
+    sch.bind(lane_x, "threadIdx.x")
+    sch.vectorize(lanes)
+    x = rng.standard_normal((n, k)).astype("float32")
+    y = rng.standard_normal((k, m)).astype("float32")
+    return sch.func, [x, y, np.zeros((n, m), "float32")], {2: x @ y}
+
+
 WORKLOADS = {"add": elementwise_add, "chain": fused_chain, "row_sum": row_sum,
              "matmul": tiled_matmul, "conv2d": conv2d_nchw, "conv2d_s2": conv2d_nchw_stride2,
              "depthwise": depthwise_conv2d_nchw, "transpose": transpose_shared,
              "matmul_reg": matmul_register_tile, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "matmul_coop": cooperative_matmul,
              "row_sum_xthread": cross_thread_row_sum, "softmax_xthread": softmax_block_rows,
-             "layer_norm_xthread": layer_norm_block_rows}
+             "layer_norm_xthread": layer_norm_block_rows, "sgemm": sgemm_block_tile}

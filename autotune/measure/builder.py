@@ -193,8 +193,8 @@ class LocalBuilder(Builder):
 
     def _request(self, inp: MeasureInput) -> dict:
         self._counter += 1
-        # An OpenCL candidate's artifact is its source and launch description (see .gpu).
-        suffix = ARTIFACT_SUFFIX if inp.target.kind == "opencl" else ".o"
+        # A GPU candidate's artifact is its source and launch description (see .gpu).
+        suffix = ARTIFACT_SUFFIX if inp.target.is_gpu else ".o"
         path = os.path.join(self.work_dir, f"cand{self._counter:07d}{suffix}")
         request = {"func": inp.func.to_json(), "target": str(inp.target), "path": path}
         if inp.target.kind == "llvm":
@@ -236,7 +236,8 @@ class LocalBuilder(Builder):
 
 def handle_build_request(request: dict, state: dict) -> dict:
     """Worker side: build one candidate to an object file (not loaded here: the runner loads
-    it, so the build skips the JIT), or for an opencl target to verified OpenCL C."""
+    it, so the build skips the JIT), or for a GPU target to verified OpenCL C or CUDA C (with
+    its cubin: nvcc runs here, in the builder's pool)."""
     from autotune.build import build_object
     from autotune.prepack import split_packing
     from tensor_ir.errors import TensorIRError
@@ -245,13 +246,13 @@ def handle_build_request(request: dict, state: dict) -> dict:
     start = time.perf_counter()
     try:
         target = Target(request["target"])
-        if target.kind == "opencl":
-            from .gpu import build_opencl_artifact
+        if target.is_gpu:
+            from .gpu import build_gpu_artifact
 
-            build_opencl_artifact(request["func"], target, request["path"])
+            build_gpu_artifact(request["func"], target, request["path"])
             return {"path": request["path"], "seconds": time.perf_counter() - start}
         if target.kind != "llvm":
-            raise TensorIRError(f"LocalBuilder builds CPU (llvm) and opencl targets; got "
+            raise TensorIRError(f"LocalBuilder builds CPU (llvm) and GPU targets; got "
                                 f"{target}")
         for spec in request.get("intrinsics", ()):
             intrinsics.install(spec)

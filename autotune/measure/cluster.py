@@ -220,7 +220,7 @@ class RayBuilder(Builder):
                 # The canonical string: a node resolving plain "llvm" would compile for its
                 # own CPU, not for the one the tuner asked for.
                 target = targets.setdefault(id(inp.target), canonical_target(inp.target))
-                suffix = ARTIFACT_SUFFIX if inp.target.kind == "opencl" else ".o"
+                suffix = ARTIFACT_SUFFIX if inp.target.is_gpu else ".o"
                 llvm = inp.target.kind == "llvm"
                 shipped = intrinsics.portables(inp.func) if llvm else []
                 packed = list(inp.weight_params) if llvm else []

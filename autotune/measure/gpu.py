@@ -1,16 +1,20 @@
-"""OpenCL candidates for LocalBuilder and LocalRunner.
+"""GPU candidates (OpenCL and CUDA) for LocalBuilder and LocalRunner.
 
-Builder side: a candidate is lowered for the GPU, printed as OpenCL C and checked by the GPU
-verifier in the build worker; the artifact is JSON (the source text, each kernel's launch
-shape and buffer indices, the parameters and temporaries), so that an illegal candidate is a
-build error and the runner needs no IR to load it.
+Builder side: a candidate is lowered for the GPU, printed as OpenCL C or CUDA C and checked by
+the GPU verifier in the build worker; the artifact is JSON (the source text, each kernel's
+launch shape and buffer indices, the parameters and temporaries; for CUDA also the cubin nvcc
+compiled in the builder, which needs no GPU), so that an illegal candidate is a build error
+and the runner needs no IR to load it.
 
-Worker side: the runner's isolated worker compiles the artifact with pyopencl and times the
-kernels alone, the arrays copied to the device once, following the run's MeasureConfig; the
-outputs of the warm-up launch are read back and compared with the reference as on CPUs.
+Worker side: the runner's isolated worker loads the artifact (pyopencl compiles the OpenCL C;
+pycuda loads the cubin) and times the kernels alone, the arrays copied to the device once,
+following the run's MeasureConfig (CUDA kernels timed with CUDA events); the outputs of the
+warm-up launch are read back and compared with the reference as on CPUs.  A CUDA fault
+leaves the process's context unusable: the reply says so and the runner starts a new worker.
 """
 from __future__ import annotations
 
+import base64
 import json
 import time
 from dataclasses import asdict
@@ -19,34 +23,31 @@ import numpy as np
 
 from tensor_ir.target import Target
 
-__all__ = ["ARTIFACT_SUFFIX", "build_opencl_artifact", "load_module", "measure_opencl"]
+__all__ = ["ARTIFACT_SUFFIX", "build_gpu_artifact", "load_module", "measure_gpu"]
 
-ARTIFACT_SUFFIX = ".cl.json"
+ARTIFACT_SUFFIX = ".gpu.json"
 
 
-def build_opencl_artifact(func_json: dict, target: Target, path: str) -> None:
-    """Lower, print and verify one candidate; write its JSON artifact to ``path``.  Raises the
-    codegen's BuildError or the verifier's typed error for a program that cannot be a
-    kernel on ``target``."""
-    from tensor_ir.codegen.gpu_c import gpu_module, split_kernels
-    from tensor_ir.codegen.gpu_verify import verify_gpu_kernel
+def build_gpu_artifact(func_json: dict, target: Target, path: str) -> None:
+    """Lower, print and verify one candidate (for CUDA, compile it too); write its JSON
+    artifact to ``path``.  Raises the codegen's BuildError, the verifier's typed error or
+    nvcc's CudaCompileError for a program that cannot be a kernel on ``target``."""
+    from autotune.gpu import gpu_program
+    from tensor_ir.codegen.gpu_verify import compile_cubin
     from tensor_ir.func import PrimFunc
-    from tensor_ir.thread_reduce import lower_for_gpu
 
-    lowered = lower_for_gpu(PrimFunc.from_json(func_json))
-    module = gpu_module(lowered, "opencl", max_threads_per_block=target.max_threads_per_block,
-                        max_shared_memory_per_block=target.max_shared_memory_per_block)
-    _, bodies = split_kernels(lowered.body)
-    for kernel, body in zip(module.kernels, bodies):
-        verify_gpu_kernel(kernel, target, func=body)
+    _, module = gpu_program(PrimFunc.from_json(func_json), target)
     data = asdict(module)
     data["target"] = str(target)
+    if target.kind == "cuda":
+        data["cubin"] = base64.b64encode(compile_cubin(module.code, target.arch)[0]).decode()
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f)
 
 
 def load_module(path: str):
-    """(GPUModule, target string) of an artifact written by build_opencl_artifact."""
+    """(GPUModule, target string, cubin bytes or None) of an artifact written by
+    build_gpu_artifact."""
     from tensor_ir.codegen.gpu_c import GPUModule, GPUParam, GPUSource
 
     with open(path, encoding="utf-8") as f:
@@ -61,22 +62,52 @@ def load_module(path: str):
     module = GPUModule(data["name"], data["dialect"], data["code"],
                        tuple(param(p) for p in data["params"]),
                        tuple(param(p) for p in data["temps"]), kernels)
-    return module, data["target"]
+    cubin = base64.b64decode(data["cubin"]) if "cubin" in data else None
+    return module, data["target"], cubin
 
 
-def measure_opencl(request: dict, work: dict, poison, timed_repeats, check_after_timing) -> dict:
-    """Worker side of one OpenCL candidate: the reply LocalRunner's worker gives for a CPU
-    one (run_times, number, checked, stopped_early, kernel_seconds, or an error kind), by
-    the same protocol: ``poison``, ``timed_repeats`` and ``check_after_timing`` are the CPU
-    worker's (autotune.measure.runner)."""
-    from autotune.gpu import GPUKernel
+def measure_gpu(request: dict, work: dict, poison, timed_repeats, check_after_timing) -> dict:
+    """Worker side of one GPU candidate: the reply LocalRunner's worker gives for a CPU one
+    (run_times, number, checked, stopped_early, kernel_seconds, or an error kind), by the
+    same protocol: ``poison``, ``timed_repeats`` and ``check_after_timing`` are the CPU
+    worker's (autotune.measure.runner).  A CUDA driver error (a fault, a launch the device
+    refuses) adds ``restart_worker``: the context it leaves cannot run anything more."""
     from tensor_ir.errors import BuildError
 
     try:
-        module, target = load_module(request["path"])
-        kernel = GPUKernel(module, None, Target(target))
+        module, target, cubin = load_module(request["path"])
+        target = Target(target)
+        if target.kind == "cuda":
+            from autotune.cuda import CUDAKernel
+
+            kernel = CUDAKernel(module, None, target, cubin=cubin)
+        else:
+            from autotune.gpu import GPUKernel
+
+            kernel = GPUKernel(module, None, target)
     except BuildError as err:
         return {"error_kind": "runtime", "error_msg": f"{type(err).__name__}: {err}"}
+    try:
+        return _measure_kernel(kernel, module, request, work, poison, timed_repeats,
+                               check_after_timing)
+    except Exception as err:  # noqa: BLE001 - the runtime's own error types
+        if target.kind != "cuda" or not _is_cuda_error(err):
+            raise
+        return {"error_kind": "runtime", "restart_worker": True,
+                "error_msg": f"CUDA error while running the kernel: {type(err).__name__}: "
+                             f"{err}"}
+
+
+def _is_cuda_error(err: Exception) -> bool:
+    try:
+        import pycuda.driver as drv
+    except ImportError:
+        return False
+    return isinstance(err, drv.Error)
+
+
+def _measure_kernel(kernel, module, request, work, poison, timed_repeats,
+                    check_after_timing) -> dict:
     params = work["params"]
     got = [(tuple(p.shape), p.dtype) for p in module.params]
     want = [(tuple(p["shape"]), p["dtype"]) for p in params]
@@ -93,12 +124,7 @@ def measure_opencl(request: dict, work: dict, poison, timed_repeats, check_after
 
     def timed(n: int) -> float:
         nonlocal kernel_seconds
-        kernel.finish()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            kernel.launch(buffers)
-        kernel.finish()
-        elapsed = time.perf_counter() - t0
+        elapsed = kernel.elapsed(buffers, n)
         kernel_seconds += elapsed
         return elapsed
 

@@ -55,6 +55,7 @@ from search.measure import (
     SequentialRunner,
 )
 from tensor_ir import intrinsics
+from tensor_ir.errors import TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import BufferStore
 from tensor_ir.target import Target
@@ -122,7 +123,7 @@ class LocalRunner(SequentialRunner):
         if build.error is not None:
             return MeasureResult.error("build", build.error, build.build_seconds)
         target = inp.target
-        if target.kind != "opencl" and (target.kind != "llvm" or not target.is_host):
+        if not target.is_gpu and (target.kind != "llvm" or not target.is_host):
             return error("runtime", f"target {target} is not this machine; the candidate was "
                                     f"built ({build.artifact_path}) but is not run locally")
         key = inp.workload_key
@@ -175,6 +176,10 @@ class LocalRunner(SequentialRunner):
             return error("runtime", reply)
         if "exception" in reply:
             return error("runtime", f"runner worker failed: {reply['exception']}")
+        if reply.get("restart_worker"):
+            # A CUDA fault leaves the worker's context unusable: the next candidate gets a
+            # fresh process (and context).
+            self._worker.kill()
         if reply.get("error_kind"):
             return error(reply["error_kind"], reply["error_msg"], reply.get("kernel_seconds", 0))
         result = MeasureResult.success(
@@ -570,10 +575,21 @@ def _prepare_workload(request: dict, state: dict) -> dict:
         from autotune.build import build
 
         func = PrimFunc.from_json(request["reference"])
-        # The reference of a GPU workload is computed on the host CPU: the unscheduled
-        # definition is no valid kernel, and the CPU build is the one the CPU runner trusts.
-        target = request["target"] if Target(request["target"]).kind == "llvm" else "llvm"
-        kernel = build(func, target=target)
+        if Target(request["target"]).kind == "llvm":
+            kernel = build(func, target=request["target"])
+        else:
+            # The reference of a GPU workload is computed on the host CPU: the unscheduled
+            # definition is no valid kernel.  GPU workloads are large (an SGEMM of 4096^3
+            # takes minutes as a plain loop nest), so the CPU's default schedule computes it
+            # (parallel and tiled, seconds), the plain nest where there is none.
+            from schedules.default_schedule import default_candidate
+
+            host = Target("llvm")
+            try:
+                scheduled = default_candidate(func, host)
+            except TensorIRError:
+                scheduled = None
+            kernel = build(func if scheduled is None else scheduled.func, target=host)
         if [tuple(p.shape) for p in kernel.params] != [tuple(p["shape"]) for p in params]:
             return {"error": "the reference's parameters differ from the workload's"}
         _poison([arrays[i] for i in outputs])
@@ -656,10 +672,10 @@ def _measure(request: dict, state: dict) -> dict:
     if work is None:
         return {"need_workload": True}
     workloads.move_to_end(request["key"])
-    if request.get("kind") == "opencl":
-        from .gpu import measure_opencl
+    if request.get("kind") in ("opencl", "cuda"):
+        from .gpu import measure_gpu
 
-        return measure_opencl(request, work, _poison, timed_repeats, check_after_timing)
+        return measure_gpu(request, work, _poison, timed_repeats, check_after_timing)
     try:
         intrinsics.load_libraries(request.get("libraries", ()))
         jit, address, meta = _load_kernel(request["path"])

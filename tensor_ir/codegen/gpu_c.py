@@ -336,6 +336,8 @@ class _Printer:
         self.auto_unroll = 0  # the pragma_auto_unroll_max_step in force (0: none)
         self._steps: dict[int, tuple] = {}  # id(stmt) -> (stmt, leaf statements it runs)
         self.dtypes: set[str] = set()  # dtypes printed (for the includes / extensions)
+        # The kernel's int64 index arithmetic printed as 32-bit int (see _index_fits_32).
+        self.index32 = False
 
     # -- names and types --------------------------------------------------------------------------
     def name_of(self, key, hint: str) -> str:
@@ -362,6 +364,41 @@ class _Printer:
                              "are)") from None
         self.dtypes.add(dtype)
         return ctype
+
+    def itype(self, dtype: str, what: str) -> str:
+        """The C type of an index value (loop variable, let, launch index, integer
+        arithmetic, cast) of ``dtype``: 32-bit int for int64 where the kernel allows it."""
+        if dtype == "int64" and self.index32:
+            return "int"
+        return self.ctype(dtype, what)
+
+    def _index_fits_32(self, body, params: list) -> bool:
+        """Whether the kernel's int64 values are indices that fit 32 bits: no buffer holds
+        64-bit integers (so every int64 value derives from loop variables, launch indices and
+        constants), every buffer has fewer than 2**31 elements, and so does the launch.  A
+        GPU does 64-bit integer multiplies in several instructions and keeps each 64-bit
+        value in two registers: index arithmetic is much of a tiled kernel's instructions."""
+        buffers = set(params)
+        walk(body, lambda n: buffers.add(n.buffer)
+             if isinstance(n, (BufferLoad, BufferStore, Allocate)) else None)
+        limit = 2 ** 31
+        for buf in buffers:
+            if buf.dtype in ("int64", "uint64"):
+                return False
+            shape = buf.shape
+            if not all(isinstance(d, IntImm) or isinstance(d, int) for d in shape):
+                return False
+            if math.prod(int(getattr(d, "value", d)) for d in shape) >= limit:
+                return False
+        extents = []
+        walk(body, lambda n: extents.append(n.extent)
+             if isinstance(n, For) and n.kind == THREAD_BINDING else None)
+        threads = 1
+        for extent in extents:
+            if not isinstance(extent, IntImm):
+                return False
+            threads *= extent.value
+        return threads < limit
 
     def emit(self, text: str) -> None:
         self.lines.append("  " * self.depth + text)
@@ -391,6 +428,7 @@ class _Printer:
                 args.append(f"{ctype}* __restrict__ {pname}")
             else:
                 args.append(f"__global {ctype}* restrict {pname}")
+        self.index32 = self._index_fits_32(body, params)
         self.stmt(body, divergent=False)
         body_lines = self.lines
         self.lines = []
@@ -483,7 +521,7 @@ class _Printer:
                 self.nonneg.add(s.var)
             if self.depends_on_thread(s.value):
                 self.thread_vars.add(s.var)
-            self.emit(f"const {self.ctype(s.var.dtype, name)} {name} = "
+            self.emit(f"const {self.itype(s.var.dtype, name)} {name} = "
                       f"{_strip(self.expr(s.value))};")
             self.stmt(s.body, divergent)
         elif isinstance(s, Allocate):
@@ -548,7 +586,7 @@ class _Printer:
         if s.kind == VECTORIZED and self.vector_loop(s):
             return
         name = self.name_of(s.loop_var, s.loop_var.name)
-        ctype = self.ctype(s.loop_var.dtype, f"loop {s.loop_var.name}")
+        ctype = self.itype(s.loop_var.dtype, f"loop {s.loop_var.name}")
         begin = _strip(self.expr(s.min))
         end = _strip(self.expr(binary("+", s.min, s.extent)))
         if self.is_nonneg(s.min):
@@ -672,7 +710,7 @@ class _Printer:
         self.launch.setdefault(axis, (extent, loop))
         index = axis if self.dialect == "cuda" else _OPENCL_INDEX[axis]
         name = self.name_of(s.loop_var, loop)
-        ctype = self.ctype(s.loop_var.dtype, f"loop {loop}")
+        ctype = self.itype(s.loop_var.dtype, f"loop {loop}")
         value = f"({ctype}){index}"
         if not (isinstance(s.min, IntImm) and s.min.value == 0):
             value = f"{_strip(self.expr(s.min))} + {value}"
@@ -822,7 +860,7 @@ class _Printer:
             else:
                 # Both operands of the result's type: a literal is an int, and min(long, int)
                 # is ambiguous among OpenCL's (and CUDA's) overloads.
-                ctype = self.ctype(dtype, op)
+                ctype = self.itype(dtype, op)
                 a = f"({ctype}){_paren(self.expr(e.a), 98)}"
                 b = f"({ctype}){_paren(self.expr(e.b), 98)}"
                 return f"{op}({a}, {b})", 99
@@ -838,7 +876,7 @@ class _Printer:
             positive = isinstance(e.b, IntImm) and e.b.value > 0
             if positive and self.is_nonneg(e.a):
                 return self.infix("/" if op == "//" else "%", e.a, e.b)
-            ctype = self.ctype(dtype, "division")
+            ctype = self.itype(dtype, "division")
             self.helpers.add(ctype)
             helper = ("floordiv_" if op == "//" else "floormod_") + ctype.replace(" ", "_")
             return f"{helper}({_strip(self.expr(e.a))}, {_strip(self.expr(e.b))})", 99
@@ -856,7 +894,10 @@ class _Printer:
         if dst == "float16" and self.dialect == "cuda":
             src_text = _paren(self.expr(e.value), 98)
             return f"__float2half((float){src_text})", 98
-        return f"({self.ctype(dst, 'cast')}){_paren(self.expr(e.value), 98)}", 98
+        if dt.is_float(src):
+            # A float converted to an integer is data, not an index: its full width.
+            return f"({self.ctype(dst, 'cast')}){_paren(self.expr(e.value), 98)}", 98
+        return f"({self.itype(dst, 'cast')}){_paren(self.expr(e.value), 98)}", 98
 
     def as_float(self, e: PrimExpr) -> str:
         """The float16 ``e`` as a float expression."""

@@ -60,6 +60,8 @@ __all__ = [
     "KernelReport",
     "PtxasUsage",
     "RedundantStoreError",
+    "compile_cubin",
+    "cubin_cache_dir",
     "nvcc_available",
     "ptxas_usage",
     "redundant_global_stores",
@@ -73,13 +75,17 @@ LAUNCH_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadI
 # no function is given to count the shared buffers from).
 _C_SIZES = {"bool": 1, "char": 1, "signed char": 1, "uchar": 1, "unsigned char": 1,
             "short": 2, "int": 4, "float": 4, "long": 8, "long long": 8, "double": 8}
-_SHARED_DECL = re.compile(r"^\s*(?:__shared__|__local)\s+([A-Za-z_][\w ]*?)\s+\w+\[(\d+)\];",
-                          re.MULTILINE)
+# An aligned declaration is ``__shared__ __align__(16) float T[n];`` in CUDA and
+# ``__local float T[n] __attribute__((aligned(16)));`` in OpenCL.
+_SHARED_DECL = re.compile(r"^\s*(?:__shared__|__local)\s+(?:__align__\(\d+\)\s+)?"
+                          r"([A-Za-z_][\w ]*?)\s+\w+\[(\d+)\]"
+                          r"(?:\s*__attribute__\(\(aligned\(\d+\)\)\))?;", re.MULTILINE)
 
 # nvcc of one kernel takes about a second; a tuning run or a test suite asks about the same
 # source again and again.
 _NVCC_TIMEOUT_S = 120
-_PTXAS_CACHE: dict[tuple[str, str], dict[str, PtxasUsage]] = {}
+_PTXAS_CACHE: dict[tuple[str, str], tuple[bytes, dict[str, "PtxasUsage"]]] = {}
+_PTXAS_CACHE_SIZE = 512
 _PTXAS_LOCK = threading.Lock()
 
 
@@ -147,41 +153,124 @@ def ptxas_usage(code: str, arch: str) -> dict[str, PtxasUsage]:
     """Compile CUDA ``code`` for ``arch`` (e.g. "sm_80") with ``nvcc -cubin -Xptxas -v`` and
     return ptxas's figures per entry function (``__global__`` kernel) name.
 
-    Raises CudaCompileError when nvcc is not on PATH or the compile fails.  Cached per
-    (code, arch) for the life of the process."""
+    Raises CudaCompileError when nvcc is not on PATH or the compile fails.  Cached (see
+    :func:`compile_cubin`, which this is the register half of)."""
+    return dict(compile_cubin(code, arch)[1])
+
+
+def compile_cubin(code: str, arch: str) -> tuple[bytes, dict[str, PtxasUsage]]:
+    """``(cubin, ptxas figures per entry function)`` of CUDA ``code`` compiled by
+    ``nvcc -cubin -arch=ARCH -Xptxas -v``: one compile gives both the machine code a CUDA
+    runtime loads and what the verifier checks, and needs no GPU.
+
+    Cached per (code, arch) for the life of the process, and on disk (``cubin_cache_dir()``)
+    per (code, arch, nvcc version), so that a tuning run's builder pool, its runner and a
+    later build of the same kernel compile it once.  Raises CudaCompileError when nvcc is
+    not on PATH, times out or rejects the source (its message in the error)."""
     key = (hashlib.sha256(code.encode()).hexdigest(), arch)
     with _PTXAS_LOCK:
         if key in _PTXAS_CACHE:
-            return dict(_PTXAS_CACHE[key])
+            return _PTXAS_CACHE[key]
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise CudaCompileError("cuda verification: nvcc is not on PATH (install the CUDA "
                                "toolkit to compile kernels and read their register use)")
     if not re.fullmatch(r"sm_\d+[a-z]?", arch):
         raise CudaCompileError(f"cuda verification: arch {arch!r} is not of the form sm_80")
+    disk = _disk_entry(nvcc, key)
+    found = _read_disk(disk, arch)
+    if found is not None:
+        with _PTXAS_LOCK:
+            _PTXAS_CACHE[key] = found
+        return found
     with tempfile.TemporaryDirectory(prefix="gpu_verify_") as tmp:
         src = os.path.join(tmp, "kernel.cu")
+        out = os.path.join(tmp, "kernel.cubin")
         with open(src, "w") as f:
             f.write(code)
-        cmd = [nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o",
-               os.path.join(tmp, "kernel.cubin"), src]
+        cmd = [nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", out, src]
         try:
             done = subprocess.run(cmd, check=False, capture_output=True, text=True,
                                   timeout=_NVCC_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise CudaCompileError(f"cuda verification: nvcc for {arch} took more than "
                                    f"{_NVCC_TIMEOUT_S} s") from None
-    output = done.stdout + done.stderr
-    if done.returncode != 0:
-        raise CudaCompileError(f"cuda verification: nvcc -cubin -arch={arch} failed "
-                               f"(exit {done.returncode}):\n{output.strip()}")
+        output = done.stdout + done.stderr
+        if done.returncode != 0:
+            raise CudaCompileError(f"cuda verification: nvcc -cubin -arch={arch} failed "
+                                   f"(exit {done.returncode}):\n{output.strip()}")
+        with open(out, "rb") as f:
+            cubin = f.read()
     usage = parse_ptxas_output(output, arch)
     if not usage:
         raise CudaCompileError(f"cuda verification: ptxas reported no entry function for "
                                f"{arch}; its output was:\n{output.strip()}")
+    _write_disk(disk, cubin, output)
+    result = (cubin, usage)
     with _PTXAS_LOCK:
-        _PTXAS_CACHE[key] = usage
-    return dict(usage)
+        if len(_PTXAS_CACHE) >= _PTXAS_CACHE_SIZE:
+            _PTXAS_CACHE.pop(next(iter(_PTXAS_CACHE)))  # the oldest entry
+        _PTXAS_CACHE[key] = result
+    return result
+
+
+def cubin_cache_dir() -> str | None:
+    """Where compiled cubins are kept between processes: ``$AUTOTUNE_CUDA_CACHE``, else
+    ``~/.cache/autotune/cuda``; None (no disk cache) when the variable is set empty."""
+    value = os.environ.get("AUTOTUNE_CUDA_CACHE")
+    if value is not None:
+        return value or None
+    return os.path.join(os.path.expanduser("~"), ".cache", "autotune", "cuda")
+
+
+_NVCC_VERSIONS: dict[str, str] = {}
+
+
+def _disk_entry(nvcc: str, key: tuple[str, str]) -> str | None:
+    folder = cubin_cache_dir()
+    if folder is None:
+        return None
+    version = _NVCC_VERSIONS.get(nvcc)
+    if version is None:
+        try:
+            version = subprocess.run([nvcc, "--version"], capture_output=True, text=True,
+                                     timeout=_NVCC_TIMEOUT_S).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        _NVCC_VERSIONS[nvcc] = version
+    # A new nvcc may compile the same source differently: its version is part of the key.
+    digest = hashlib.sha256("\0".join((version, key[1], key[0])).encode()).hexdigest()
+    return os.path.join(folder, digest[:40])
+
+
+def _read_disk(entry: str | None, arch: str):
+    if entry is None:
+        return None
+    try:
+        with open(entry + ".cubin", "rb") as f:
+            cubin = f.read()
+        with open(entry + ".ptxas", encoding="utf-8") as f:
+            usage = parse_ptxas_output(f.read(), arch)
+    except OSError:
+        return None
+    return (cubin, usage) if cubin and usage else None
+
+
+def _write_disk(entry: str | None, cubin: bytes, ptxas_text: str) -> None:
+    # Best effort: a cache that cannot be written costs a compile next time, nothing more.
+    # Each file is written under a private name and renamed, so that a reader in another
+    # process never sees half of one; the ptxas text goes last (a reader needs both).
+    if entry is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(entry), exist_ok=True)
+        for suffix, data in ((".cubin", cubin), (".ptxas", ptxas_text.encode())):
+            tmp = f"{entry}{suffix}.{os.getpid()}.{threading.get_ident()}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, entry + suffix)
+    except OSError:
+        pass
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")

@@ -182,7 +182,6 @@ def test_parse_target_options():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("cuda -arch=sm_90", "cuda target"),
     ("vulkan", "unknown target 'vulkan'"),
     ("", "empty target string"),
     ("llvm -mfoo=1", "-mfoo"),
@@ -195,6 +194,18 @@ def test_target_errors(text, message):
         parse_target(text)
     with pytest.raises(ValueError):
         build(_matmul(), target=text)
+
+
+def test_cuda_target_is_no_cpu_target_and_builds_through_the_gpu_path():
+    with pytest.raises(TargetError, match="cuda target"):
+        parse_target("cuda -arch=sm_90")
+    from autotune.cuda import cuda_problem
+
+    if cuda_problem() is None:
+        pytest.skip("a GPU is here: the build would succeed")
+    # Without pycuda or a GPU the build says which is missing.
+    with pytest.raises(BuildError, match="cuda target: "):
+        build(_matmul(), target="cuda -arch=sm_90")
 
 
 def test_cross_target_build_exports_object_only(tmp_path):

@@ -22,6 +22,7 @@ from benchmarks.gpu_schedules import (
     depthwise_conv2d_nchw,
     layer_norm_rows,
     matmul_register_tile,
+    sgemm_block_tile,
     softmax_rows,
     transpose_shared,
 )
@@ -62,6 +63,11 @@ CASES = [
     (layer_norm_rows, {}, False),
     (layer_norm_rows, {"rows": 32, "cols": 33, "threads": 8}, False),
     (layer_norm_rows, {"rows": 10}, True),
+    (sgemm_block_tile, {}, False),
+    (sgemm_block_tile, {"n": 128, "m": 64, "k": 48, "reg": (8, 4), "unroll_k": True}, False),
+    (sgemm_block_tile, {"n": 40, "m": 72, "k": 21}, True),
+    (sgemm_block_tile, {"n": 37, "m": 45, "k": 33, "reg": (2, 2), "threads": (8, 8),
+                        "k_tile": 8}, True),
 ]
 
 
@@ -109,7 +115,7 @@ def test_transpose_reads_and_writes_along_threadidx_x_through_a_padded_tile():
     write = next(line for line in lines if line.startswith("B["))
     # Consecutive threads x read consecutive elements of A and write consecutive ones of B.
     assert read.endswith("= A[(i_0 * 4 + ax0) * 12 + (j_0 * 4 + ax1)];")
-    assert "ax1 = (long)get_local_id(0)" in code and "i_1 = (long)get_local_id(0)" in code
+    assert "ax1 = (int)get_local_id(0)" in code and "i_1 = (int)get_local_id(0)" in code
     assert write.startswith("B[(j_0 * 4 + j_1) * 8 + (i_0 * 4 + i_1)] = A_shared[i_1 * 5 + j_1]")
 
 

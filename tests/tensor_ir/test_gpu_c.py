@@ -190,7 +190,7 @@ def test_vthread_loops_unroll_and_integer_min_compiles(tmp_path):
         loops = [n for n, line in enumerate(lines) if line.startswith("for (")]
         assert lines[loops[0] - 1] == lines[loops[1] - 1] == "#pragma unroll"
         assert src.block == (4, 4, 1) and src.grid == (2, 2, 1)
-        int_type = "long long" if dialect == "cuda" else "long"
+        int_type = "int"  # indices of a small kernel: 32-bit (see _index_fits_32)
         # Both operands of the result's type: min(long, int) is ambiguous in C.
         assert f"min(({int_type})(" in src.code and f"({int_type})12)" in src.code
     if shutil.which("nvcc") is not None:
@@ -312,7 +312,7 @@ def test_vector_loads_and_stores(tmp_path):
     # 10 columns in fours: a predicate guards the store, so an unrolled scalar loop.
     ragged = gpu_source(lower(vector_add(3, 10, 4)), "cuda").code
     assert "float4" not in ragged
-    assert "#pragma unroll\n  for (long long j_1 = 0; j_1 < 4; ++j_1) {" in ragged
+    assert "#pragma unroll\n  for (int j_1 = 0; j_1 < 4; ++j_1) {" in ragged
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not installed")
     for name, func in {"four": four, "shifted": lower(vector_add(3, 16, 4, shift=1)),
