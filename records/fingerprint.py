@@ -5,11 +5,12 @@ with one CPU name can still differ (a virtual machine that hides AVX-512, anothe
 The fingerprint adds the resolved facts: for a CPU target the triple, CPU name, the full set of
 enabled features and the vector width; for a GPU target the architecture.  Those are its
 *hardware* part: a record is applied only where the hardware part matches.  The library
-versions (LLVM, CUDA), the CPU model name and a CUDA device's name are kept for reports but do
-not decide (a new LLVM still runs a schedule tuned under the old one correctly).  An OpenCL
-device is the exception: its name is all the target string leaves to tell a GPU from PoCL on
-a CPU, whose limits (work-group size, local memory) and speed differ, so for ``opencl``
-targets the device name is part of the hardware.
+versions (LLVM, CUDA, the NVIDIA driver) and the CPU model name are kept for reports but do
+not decide (a new LLVM or driver still runs a schedule tuned under the old one correctly).
+A GPU's name does decide: for ``opencl`` it is all the target string leaves to tell a GPU from
+PoCL on a CPU, whose limits (work-group size, local memory) and speed differ; for ``cuda`` two
+GPUs of one architecture (an H100 and an H200 are both sm_90) differ in memory bandwidth and
+size, so the best schedule of one is not the other's.
 
 A fingerprint is computed by the process that resolves the target, i.e. from
 ``Target(target_string)`` on the machine that commits (or queries) the records.  A remote
@@ -30,9 +31,9 @@ HARDWARE_FIELDS = ("kind", "triple", "cpu", "features", "vector_bits", "arch")
 
 
 def _hardware_fields(fingerprint: Mapping) -> tuple:
-    # Only opencl adds a field, so the hash of every other fingerprint is what it was before
+    # Only GPU targets add a field, so the hash of every CPU fingerprint is what it was before
     # (records already stored keep matching).
-    if fingerprint.get("kind") == "opencl":
+    if fingerprint.get("kind") in ("opencl", "cuda"):
         return HARDWARE_FIELDS + ("device",)
     return HARDWARE_FIELDS
 
@@ -60,6 +61,19 @@ def _cuda_version() -> str | None:
         return None
 
 
+@lru_cache(maxsize=None)
+def _cuda_device() -> tuple[str | None, int | None]:
+    # (name, driver version) of the GPU a cuda target runs on here (device 0, as
+    # autotune.cuda uses); neither needs a context.  (None, None) without pycuda or a GPU.
+    try:
+        import pycuda.driver as cuda
+
+        cuda.init()
+        return cuda.Device(0).name(), cuda.get_driver_version()
+    except Exception:  # ImportError, no driver, no device
+        return None, None
+
+
 def _opencl_device_name(target) -> str | None:
     # Part of an opencl target's hardware (see _hardware_fields).  Empty facts (no OpenCL
     # runtime here) leave it unknown rather than failing the record.
@@ -78,7 +92,9 @@ def _fingerprint_of(canonical: str) -> tuple:
             "vector_bits": target.vector_bits, "arch": target.arch,
             "model_name": target.model_name, "llvm_version": _llvm_version(),
             "cuda_version": _cuda_version() if target.kind == "cuda" else None,
-            "device": _opencl_device_name(target) if target.kind == "opencl" else None}
+            "device": _opencl_device_name(target) if target.kind == "opencl"
+            else _cuda_device()[0] if target.kind == "cuda" else None,
+            "driver": _cuda_device()[1] if target.kind == "cuda" else None}
     return tuple(data.items())
 
 

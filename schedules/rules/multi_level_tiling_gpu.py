@@ -66,6 +66,7 @@ the step (0: none).
 """
 from __future__ import annotations
 
+from tensor_ir.expr import IntImm
 from tensor_ir.stmt import SPATIAL
 from tensor_ir.target import Target
 
@@ -274,26 +275,43 @@ class MultiLevelTilingGPU(ScheduleRule):
         thread's V consecutive elements) vectorised inside the thread loops."""
         b = sch.get_block(block)
         outer = len(tree.find_loop(sch.func, sch.get(at).loop_var).loops) + 1
+        operand = tree.find_block(sch.func, block).node.block.reads[index].buffer
         stage = sch.cache_read(b, index, "shared")
         sch.compute_at(stage, at)
         _inline_padding(sch, stage)
         loops = sch.get_loops(stage)[outer:]
+        # A dimension of size 1 (a 1x1 convolution's filter taps) is a loop of one iteration
+        # whatever the tile sizes: binding it would leave all but one thread idle, and the
+        # dependence check refuses the bind.  The thread factors go to the other dimensions,
+        # innermost first; the outermost of them takes the factors left over.
+        unit = [False] * len(loops)
+        if len(operand.shape) == len(loops):
+            unit = [isinstance(d, IntImm) and d.value == 1 for d in operand.shape]
+        if all(unit):
+            unit = [False] * len(loops)
+        wide = [loop for loop, one in zip(loops, unit) if not one]
         serial, bound, vector = [], [], None
         lengths = list(self.vector_lengths)
-        for n, loop in enumerate(reversed(loops)):
+        n = 0  # thread factors given out so far
+        for loop, one in zip(reversed(loops), reversed(unit)):
+            if one or n >= len(factors):
+                serial.insert(0, loop)
+                continue
+            last = loop is wide[0]
+            take = list(range(n, len(factors))) if last else [n]
+            width = None
             if n == 0 and len(lengths) > 1:
                 # NOTE: sampled even when the split below cannot be perfect; a guarded
                 # vector loop is printed lane by lane, which is still correct.
                 width = sch.sample_categorical(lengths, [1.0 / len(lengths)] * len(lengths))
-                head, lane, vector = sch.split(loop, [None, factors[0], width])
-                serial.insert(0, head)
-                bound.insert(0, (lane, THREAD_AXES[0]))
-            elif n < len(factors):
-                head, lane = sch.split(loop, [None, factors[n]])
-                serial.insert(0, head)
-                bound.insert(0, (lane, THREAD_AXES[n]))
-            else:
-                serial.insert(0, loop)
+            parts = sch.split(loop, [None, *[factors[t] for t in reversed(take)]]
+                              + ([width] if width is not None else []))
+            if width is not None:
+                vector = parts[-1]
+                parts = parts[:-1]
+            serial.insert(0, parts[0])
+            bound[0:0] = [(lane, THREAD_AXES[t]) for lane, t in zip(parts[1:], reversed(take))]
+            n += len(take)
         sch.reorder(*serial, *[lane for lane, _ in bound], *([vector] if vector else []))
         for lane, axis in bound:
             sch.bind(lane, axis)

@@ -254,6 +254,28 @@ def test_opencl_records_apply_only_on_the_device_they_were_measured_on(db, workl
     assert hardware_hash(cpu) == hardware_hash(dict(cpu, device="anything"))
 
 
+def test_cuda_records_are_keyed_by_the_gpu_name_not_the_driver(db, workload):
+    # An H100 and an H200 are both sm_90: the name tells them apart.  A new driver runs the
+    # same schedules, so it is reported, not matched.
+    here = target_fingerprint("cuda -arch=sm_90")
+    assert "device" in here and "driver" in here
+    h100 = dict(here, device="NVIDIA H100 80GB HBM3", driver=13000)
+    h200 = dict(here, device="NVIDIA H200", driver=13000)
+    assert hardware_hash(h100) != hardware_hash(h200)
+    assert hardware_hash(h200) == hardware_hash(dict(h200, driver=13010))
+    assert "device: NVIDIA H100 80GB HBM3 (measured) vs NVIDIA H200 (here)" in \
+        fingerprint_differences(h100, h200)
+    key = db.commit_workload(workload)
+    mine = make_records(key, "cuda -arch=sm_90", 2, seed=5)
+    db.commit_records(mine, fingerprint=here)
+    db.commit_records(make_records(key, "cuda -arch=sm_90", 3, seed=6),
+                      fingerprint=dict(here, device="Some other GPU"))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        best = db.best_k(key, "cuda -arch=sm_90", k=5)
+    assert {r.trace_hash for r in best} == {r.trace_hash for r in mine}
+
+
 def test_query_targets_are_canonicalised():
     with MemoryDatabase() as db:
         key = db.commit_workload(ops.matmul(16, 16, 16))

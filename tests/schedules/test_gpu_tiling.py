@@ -250,3 +250,51 @@ def test_tiled_cuda_source_compiles_with_nvcc(case, tmp_path):
     space = DesignSpace(func, Target("cuda -arch=sm_80"))
     cand = space.sample(seed=0, sketch=_tiled_sketch(space))
     assert_ptx_compiles(gpu_module(lower_for_gpu(cand.func), "cuda").code, tmp_path, case)
+
+
+# -- filter dimensions of size 1 -----------------------------------------------------------------
+
+def _conv1x1(c: int = 16, h: int = 6, w: int = 10, k: int = 8):
+    from tensor_ir import ops
+
+    return ops.conv2d_nchw(1, c, h, w, k, 1, 1)
+
+
+def test_conv1x1_is_tiled_and_its_weight_fetch_binds_no_unit_loop():
+    # The weight tile of a 1x1 convolution is (channels out, channels in, 1, 1): binding a
+    # filter tap of one iteration would be refused, and the whole rule with it (the space was
+    # then the untouched nest, one thread doing everything).
+    func = _conv1x1(256, 56, 56, 64)
+    target = Target("cuda -arch=sm_90")
+    space = DesignSpace(func, target)
+    k = _tiled_sketch(space)
+    for seed in SEEDS:
+        cand = space.sample(seed, sketch=k)
+        assert cand is not None
+        assert _scopes(cand.func)["weight_shared"] == "shared"
+        extents = _thread_extents(cand.func)
+        assert extents.get("blockIdx.x") and any(a.startswith("threadIdx") for a in extents)
+        _verify(cand.func, target)
+
+
+def test_conv1x1_samples_are_correct_and_race_free_under_oclgrind():
+    from autotune.oclgrind import oclgrind_available, run_under_oclgrind
+
+    if not oclgrind_available():
+        pytest.skip("Oclgrind is not installed")
+    func = _conv1x1()
+    space = DesignSpace(func, Target("cuda -arch=sm_90"))
+    k = _tiled_sketch(space)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 16, 6, 10)).astype("float32")
+    weight = rng.standard_normal((8, 16, 1, 1)).astype("float32")
+    want = np.einsum("nchw,kc->nkhw", x, weight[:, :, 0, 0])
+    for seed in RUN_SEEDS:
+        cand = space.sample(seed, sketch=k)
+        module = gpu_module(lower_for_gpu(cand.func), "opencl", max_threads_per_block=1024,
+                            max_shared_memory_per_block=48 * 1024)
+        (kernel,) = module.kernels
+        out = np.full(want.shape, np.nan, "float32")
+        result = run_under_oclgrind(kernel, [x, weight, out])
+        assert not result.diagnostics, result.summary()
+        np.testing.assert_allclose(result.arrays[2], want, rtol=1e-5, atol=1e-5)
