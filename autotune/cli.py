@@ -213,8 +213,17 @@ def _check_output_file(option: str, path: str) -> None:
 def _check_runnable(spec: str, target) -> None:
     """Refuse a target whose code cannot run here: tune-model times every candidate on this
     machine, so each trial would end in a runtime error and the run would measure nothing.
-    An opencl target runs here when this machine has an OpenCL device that matches it."""
+    An opencl target runs here when this machine has an OpenCL device that matches it, a cuda
+    target when pycuda sees a GPU."""
     if target.is_host:
+        return
+    if target.kind == "cuda":
+        from .cuda import cuda_problem
+
+        problem = cuda_problem()
+        if problem is not None:
+            raise ValueError(f"--target {spec!r}: {problem}; tune-model times every candidate "
+                             f"on this machine's GPU, so it would measure nothing")
         return
     if target.kind == "opencl":
         from tensor_ir.errors import BuildError

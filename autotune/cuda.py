@@ -29,7 +29,8 @@ from tensor_ir.target import Target
 
 from .kernel_args import check_arrays
 
-__all__ = ["CUDAKernel", "cuda_available", "cuda_device_facts", "cuda_problem", "cuda_target"]
+__all__ = ["CUDAKernel", "cuda_available", "cuda_device_facts", "cuda_problem", "cuda_target",
+           "driver_and_device"]
 
 _LOCK = threading.Lock()
 _STATE: dict = {}  # "driver", "context", "device", or "error": the BuildError of a failed init
@@ -83,6 +84,13 @@ def _driver():
         _STATE.update(driver=drv, context=context, device=device)
         _THREAD.pushed = True
         return drv
+
+
+def driver_and_device():
+    """(pycuda.driver, the Device) with the context current on this thread (BuildError
+    without a GPU); for the model executor's device calls."""
+    drv = _driver()
+    return drv, _STATE["device"]
 
 
 def cuda_problem() -> str | None:
@@ -231,6 +239,32 @@ class CUDAKernel:
         end.record()
         end.synchronize()
         return start.time_till(end) / 1e3
+
+    def bind(self, buffers, temps: list | None = None) -> tuple[list, list]:
+        """Launches of this function on fixed device ``buffers`` (one per parameter, in
+        order), for a caller that enqueues them again and again (a model executor):
+        ``(launches, temps)`` with ``launches`` a list of (function, grid, block, arguments)
+        for ``function.prepared_async_call(grid, block, None, *arguments)``, and ``temps`` the
+        temporaries: those given (from an earlier ``bind`` whose launches never run at the
+        same time as these), else allocated here, zeroed; keep them alive as long as the
+        launches."""
+        if len(buffers) != len(self.params):
+            raise BuildError(f"kernel {self.entry_name} takes {len(self.params)} buffers, got "
+                             f"{len(buffers)}")
+        if temps is None:
+            temps = []
+            for t in self.source.temps:
+                nbytes = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+                buf = self._alloc(nbytes)
+                self._drv.memset_d8(buf, 0, max(nbytes, 1))
+                temps.append(buf)
+        elif len(temps) != len(self.source.temps):
+            raise BuildError(f"kernel {self.entry_name} has {len(self.source.temps)} "
+                             f"temporaries, got {len(temps)} buffers for them")
+        every = list(buffers) + list(temps)
+        launches = [(function, grid, block, tuple(every[i] for i in indices))
+                    for function, grid, block, indices in self._launches]
+        return launches, temps
 
     def read(self, buffers, indices) -> list[np.ndarray]:
         """Host copies of the parameter buffers at ``indices``."""

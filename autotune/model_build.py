@@ -180,7 +180,7 @@ def _compile(func: PrimFunc, target: Target, name: str):
     key = (str(target), func.structural_hash())
     kernel = _cache_get(_kernels, key)
     if kernel is None:
-        compile_one = build_gpu if target.kind == "opencl" else build
+        compile_one = build_gpu if target.is_gpu else build
         kernel = compile_one(func, target, name=name)
         _cache_put(_kernels, key, kernel)
     return kernel
@@ -190,8 +190,9 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
                 lookup: Lookup | None = None, seed: int = 0, warn: bool = True,
                 prepack: bool = True) -> Executor:
     """Compile ``model`` (a Model, or anything ``load_model`` takes) for ``target``: a CPU
-    (``llvm``) target gives an Executor, an ``opencl`` one a GPUExecutor (see the module
-    text; BuildError when no OpenCL device matches the target).
+    (``llvm``) target gives an Executor, an ``opencl`` or ``cuda`` one a GPUExecutor (see
+    the module text; BuildError when no OpenCL device matches the target, or for cuda
+    without pycuda or a GPU).
 
     ``lookup(func) -> trace | None`` supplies tuning records (``apply_history_best`` passes
     one); ``database`` (a records.Database or a path) builds such a lookup; with neither, every
@@ -203,12 +204,18 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
     if not isinstance(model, Model):
         model = load_model(model)
     target = Target("llvm" if target is None else target)
-    on_gpu = target.kind == "opencl"
-    if target.kind not in ("llvm", "opencl"):
-        raise TargetError(f"build_model builds models for llvm (CPU) and opencl targets; "
-                          f"{str(target)!r} is a {target.kind} target")
-    # A missing device or OpenCL runtime is named before any function is scheduled.
-    context = device_context(target) if on_gpu else None
+    on_gpu = target.is_gpu
+    if target.kind not in ("llvm", "opencl", "cuda"):
+        raise TargetError(f"build_model builds models for llvm (CPU), opencl and cuda "
+                          f"targets; {str(target)!r} is a {target.kind} target")
+    # A missing device or GPU runtime is named before any function is scheduled.
+    context = device_context(target) if target.kind == "opencl" else None
+    if target.kind == "cuda":
+        from .cuda import cuda_problem
+
+        problem = cuda_problem()
+        if problem is not None:
+            raise BuildError(problem)
     if database is not None:
         if lookup is not None:
             raise BuildError("build_model: pass database= or lookup=, not both")
@@ -279,9 +286,10 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
         steps.append(Step(group.name, kernel, args, gf.key))
     plan = plan_memory(optimized, groups)
     if on_gpu:
-        from .gpu_executor import GPUExecutor
+        from .gpu_executor import CUDADevice, GPUExecutor, OpenCLDevice
 
-        return GPUExecutor(optimized, steps, plan, views, report, str(target), context)
+        device = CUDADevice() if target.kind == "cuda" else OpenCLDevice(context)
+        return GPUExecutor(optimized, steps, plan, views, report, str(target), device)
     return Executor(optimized, steps, plan, views, report, str(target), extra_constants=packed)
 
 

@@ -224,15 +224,23 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         raise TuneError(f"tune_model: min_coverage is a share of FLOPs in [0, 1], got "
                         f"{min_coverage!r}")
     target = target if isinstance(target, Target) else Target(target)
-    if target.kind == "opencl" and runner is None:
-        # The local runner times every candidate on this machine's OpenCL device, and the
-        # model is built on it at the end: without one, every trial would fail.
-        from .gpu import device_context
+    if target.is_gpu and runner is None:
+        # The local runner times every candidate on this machine's GPU (an OpenCL device,
+        # the CUDA GPU), and the model is built on it at the end: without one, every trial
+        # would fail.
+        if target.kind == "cuda":
+            from .cuda import cuda_problem
 
-        try:
-            device_context(target)
-        except BuildError as err:
-            raise TuneError(f"tune_model: target {target}: {err}") from None
+            problem = cuda_problem()
+            if problem is not None:
+                raise TuneError(f"tune_model: target {target}: {problem}")
+        else:
+            from .gpu import device_context
+
+            try:
+                device_context(target)
+            except BuildError as err:
+                raise TuneError(f"tune_model: target {target}: {err}") from None
     now = time.time()
     limits = [d for d in (deadline, None if time_budget is None
                           else now + parse_duration(time_budget)) if d is not None]

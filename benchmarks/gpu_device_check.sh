@@ -5,7 +5,7 @@
 # beside them, built there when the wheel does not load).
 #
 #   bash benchmarks/gpu_device_check.sh check  OUT   # CUDA tests, then benchmarks.gpu_kernels
-#   bash benchmarks/gpu_device_check.sh tune   OUT [SECONDS]   # benchmarks.tune_gpu
+#   bash benchmarks/gpu_device_check.sh tune   OUT [SECONDS] [OPS] [TRIALS]   # tune_gpu
 #
 # Everything it measures is written under OUT (logs and JSON).
 set -u
@@ -31,7 +31,7 @@ check)
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
         --format=csv > "$out/smi.txt" 2>&1
     timeout 240 $py -m pytest -q -p no:cacheprovider tests/autotune/test_gpu_cuda.py \
-        > "$out/pytest_cuda.log" 2>&1
+        tests/autotune/test_model_cuda.py > "$out/pytest_cuda.log" 2>&1
     tail -5 "$out/pytest_cuda.log"
     timeout 150 $py -m benchmarks.gpu_kernels --target cuda > "$out/gpu_kernels.json" \
         2> "$out/gpu_kernels.err"
@@ -39,9 +39,11 @@ check)
     ;;
 tune)
     seconds=${3:-300}
+    ops=${4:-sgemm,conv1x1,conv3x3,softmax,layer_norm}
+    trials=${5:-64,256,1000}
     timeout $((seconds + 60)) $py -m benchmarks.tune_gpu --deadline-s "$seconds" \
-        --out "$out/tune_gpu.json" --db /tmp/tune_gpu.db > "$out/tune_gpu.stdout" \
-        2> "$out/tune_gpu.err"
+        --ops "$ops" --trials "$trials" --out "$out/tune_gpu.json" --db /tmp/tune_gpu.db \
+        > "$out/tune_gpu.stdout" 2> "$out/tune_gpu.err"
     tail -12 "$out/tune_gpu.err"
     ;;
 esac

@@ -23,5 +23,8 @@ def write_tiny_mlp(path, n: int = 32) -> str:
         nodes, "tiny_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, n))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, (4, 16))], weights)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # The IR version the test models use (tests/graph/onnx_models.py): a newer onnx writes
+    # a newer one by default, which an older onnxruntime refuses to load.
+    model.ir_version = 8
     onnx.save(model, str(path))
     return str(path)
