@@ -14,15 +14,16 @@ pytest.importorskip("pyopencl")
 
 from autotune.gpu import GPUKernel, build_gpu
 
-from ..opencl_support import needs_opencl
+from ..opencl_support import RUN_TARGET, needs_opencl_run
 
-pytestmark = needs_opencl
+# On the default OpenCL device, else on Oclgrind (see tests/opencl_support.py).
+pytestmark = needs_opencl_run
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
 def test_runs_and_matches_numpy(name):
     func, arrays, expected = WORKLOADS[name](np.random.default_rng(1))
-    kernel = autotune.build(func, target="opencl")
+    kernel = autotune.build(func, target=RUN_TARGET)
     assert isinstance(kernel, GPUKernel)
     kernel(*arrays)
     for index, reference in expected.items():
@@ -31,7 +32,7 @@ def test_runs_and_matches_numpy(name):
 
 def test_get_source_and_argument_checks():
     func, arrays, _ = elementwise_add(np.random.default_rng(2))
-    kernel = build_gpu(func, "opencl")
+    kernel = build_gpu(func, RUN_TARGET)
     assert kernel.get_source().startswith("__kernel void add(")
     with pytest.raises(BuildError, match="argument B must be float32"):
         kernel(arrays[0], arrays[1][:3], arrays[2])
@@ -42,7 +43,7 @@ def test_get_source_and_argument_checks():
 def test_target_limits_refuse_large_work_groups():
     func, _, _ = elementwise_add(np.random.default_rng(3))
     with pytest.raises(BuildError, match="above the target's 4"):
-        autotune.build(func, target="opencl -max-work-group-size=4")
+        autotune.build(func, target=f"{RUN_TARGET} -max-work-group-size=4")
 
 
 def test_build_gpu_refuses_other_targets():
@@ -74,7 +75,7 @@ def test_min_and_max_propagate_nan_like_numpy():
     data = np.random.default_rng(5).standard_normal((4, 6)).astype("float32")
     data[0, :3] = [np.nan, np.inf, -np.inf]
     out = np.zeros_like(data)
-    autotune.build(sch.func, target="opencl")(data, out)
+    autotune.build(sch.func, target=RUN_TARGET)(data, out)
     np.testing.assert_array_equal(out, np.maximum(data, 0) + np.minimum(data, 1))
 
 
@@ -88,7 +89,7 @@ def test_vthread_matmul_matches_numpy(n, m, k, vthreads, cache):
     x = rng.standard_normal((n, k)).astype("float32")
     y = rng.standard_normal((k, m)).astype("float32")
     out = np.zeros((n, m), "float32")
-    kernel = autotune.build(func, target="opencl")
+    kernel = autotune.build(func, target=RUN_TARGET)
     # The vthread loops are unrolled, inside the thread's launch indices.
     assert kernel.get_source().count("#pragma unroll") >= 2
     kernel(x, y, out)
@@ -106,7 +107,7 @@ def test_int8_matmul_accumulates_in_int32(n, k, m, dtype):
     x = rng.integers(low, high, (n, k)).astype(dtype)
     y = rng.integers(low, high, (k, m)).astype(dtype)
     out = np.zeros((n, m), "int32")
-    autotune.build(func, target="opencl")(x, y, out)
+    autotune.build(func, target=RUN_TARGET)(x, y, out)
     # Products of int8 overflow int8 and their sums int16: exact only in int32.
     np.testing.assert_array_equal(out, x.astype("int32") @ y.astype("int32"))
 
@@ -116,16 +117,16 @@ def test_float16_needs_cl_khr_fp16():
     from tests.tensor_ir.test_gpu_c import typed_matmul
 
     func = typed_matmul(9, 6, 11, "float16", "float16")
-    context, _ = _context(None)
+    context, _ = _context(dict(Target(RUN_TARGET).options).get("platform"))
     if "cl_khr_fp16" not in context.devices[0].extensions.split():
         with pytest.raises(BuildError, match="lacks the cl_khr_fp16 extension"):
-            autotune.build(func, target="opencl")
+            autotune.build(func, target=RUN_TARGET)
         return
     rng = np.random.default_rng(6)
     x = rng.standard_normal((9, 6)).astype("float16")
     y = rng.standard_normal((6, 11)).astype("float16")
     out = np.zeros((9, 11), "float16")
-    autotune.build(func, target="opencl")(x, y, out)
+    autotune.build(func, target=RUN_TARGET)(x, y, out)
     want = x.astype("float32") @ y.astype("float32")
     np.testing.assert_allclose(out.astype("float32"), want, rtol=1e-2, atol=1e-2)
 
@@ -140,7 +141,7 @@ def test_vectorized_loops_match_numpy(rows, cols, lanes, shift, dtype):
     x = (rng.standard_normal((rows, cols + shift)) * 10).astype(dtype)
     y = (rng.standard_normal((rows, cols)) * 10).astype(dtype)
     out = np.zeros((rows, cols), dtype)
-    kernel = autotune.build(vector_add(rows, cols, lanes, shift, dtype), target="opencl")
+    kernel = autotune.build(vector_add(rows, cols, lanes, shift, dtype), target=RUN_TARGET)
     assert (f"vstore{lanes}" in kernel.get_source()) == (cols % lanes == 0)
     kernel(x, y, out)
     want = x[:, shift:] * np.array(2, dtype) + y + y[:, :1]
@@ -174,4 +175,4 @@ def test_build_refuses_a_loop_every_thread_would_repeat():
     func = sch.func
     broken = PrimFunc(func.params, transform(func.body, wrap), func.name, func.attrs)
     with pytest.raises(RedundantStoreError, match=r"C.*threadIdx\.x"):
-        build_gpu(broken, "opencl")
+        build_gpu(broken, RUN_TARGET)

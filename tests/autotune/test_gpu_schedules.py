@@ -29,7 +29,7 @@ from benchmarks.gpu_schedules import (
 from tensor_ir.codegen.gpu_c import gpu_source
 from tensor_ir.thread_reduce import lower_for_gpu
 
-from ..opencl_support import needs_opencl
+from ..opencl_support import RUN_TARGET, needs_opencl_run
 
 # (schedule, sizes, whether the sizes leave partial tiles)
 CASES = [
@@ -79,13 +79,13 @@ def _params(cases=CASES):
     return out
 
 
-@needs_opencl
+@needs_opencl_run
 @pytest.mark.parametrize("make, sizes", _params())
 def test_runs_and_matches_numpy(make, sizes):
     func, arrays, expected = make(np.random.default_rng(7), **sizes)
     for index in expected:
         arrays[index][...] = np.nan  # every element must be written
-    autotune.build(func, target="opencl")(*arrays)
+    autotune.build(func, target=RUN_TARGET)(*arrays)
     for index, want in expected.items():
         # Sums of many products (C * 9 in a convolution): rounding grows with the size of the
         # terms, so the absolute tolerance scales with the largest output.

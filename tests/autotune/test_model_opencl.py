@@ -27,10 +27,11 @@ from tensor_ir.errors import BuildError
 from tensor_ir.target import TargetError
 
 from ..graph.onnx_models import encoder_layer, run_onnxruntime, small_cnn
-from ..opencl_support import needs_opencl
+from ..opencl_support import RUN_TARGET, needs_opencl_run
 from .tiny_onnx import write_tiny_mlp
 
-pytestmark = needs_opencl
+# On the default OpenCL device, else on Oclgrind (see tests/opencl_support.py).
+pytestmark = needs_opencl_run
 
 # Short timing and a time-out: a tuning candidate with a pathological work-group shape on
 # PoCL must cost one record, not the test's time.
@@ -50,7 +51,7 @@ def mlp(mlp_path):
 
 @pytest.fixture(scope="module")
 def lib(mlp):
-    return build_model(mlp, "opencl")
+    return build_model(mlp, RUN_TARGET)
 
 
 def _x(seed: int) -> np.ndarray:
@@ -58,7 +59,7 @@ def _x(seed: int) -> np.ndarray:
 
 
 def test_default_build_matches_the_cpu_build_and_onnxruntime(mlp_path, mlp, lib):
-    assert isinstance(lib, GPUExecutor) and lib.target == "opencl"
+    assert isinstance(lib, GPUExecutor) and lib.target == RUN_TARGET
     assert [f.source for f in lib.report.functions] == ["default"] * 3
     assert lib.report.coverage == 0.0
     cpu = build_model(mlp, "llvm")
@@ -85,7 +86,7 @@ def test_default_build_matches_the_cpu_build_and_onnxruntime(mlp_path, mlp, lib)
 def test_models_match_onnxruntime(make):
     proto = make()
     model = autotune.load_model(proto)
-    lib = build_model(model, "opencl")
+    lib = build_model(model, RUN_TARGET)
     _, groups, _ = partition(model)
     if proto.graph.name == "small_cnn":
         assert any(g.kind == VIEW for g in groups)
@@ -139,22 +140,22 @@ def test_benchmark_and_profile(lib):
 
 def test_tune_model_stores_opencl_records_that_the_build_uses(tmp_path, mlp_path, mlp, lib):
     db_path = tmp_path / "tuning.db"
-    result = autotune.tune_model(mlp_path, "opencl", trials=9, database=str(db_path),
+    result = autotune.tune_model(mlp_path, RUN_TARGET, trials=9, database=str(db_path),
                                  batch_size=3, cost_model="random", measure_config=FAST,
                                  remeasure_top=1, remeasure_rounds=1, num_workers=1)
-    assert result.target == "opencl" and result.trials_run == 9
+    assert result.target == RUN_TARGET and result.trials_run == 9
     assert result.coverage == 1.0, str(result)
     assert [f.source for f in result.build_report.functions] == ["record"] * 3
     assert "coverage: 100.0%" in str(result)
     with Database(db_path, create=False) as db:
         for task in result.tasks:
-            assert db.records(task.key, "opencl")
+            assert db.records(task.key, RUN_TARGET)
             assert not db.records(task.key, str(autotune.Target("llvm")))
 
-    tuned = build_model(mlp, "opencl", database=str(db_path))
+    tuned = build_model(mlp, RUN_TARGET, database=str(db_path))
     assert isinstance(tuned, GPUExecutor) and tuned.report.coverage == 1.0
     with autotune.apply_history_best(str(db_path), strict=True):
-        again = autotune.build(mlp, "opencl")
+        again = autotune.build(mlp, RUN_TARGET)
     assert again.report.coverage == 1.0
     x = _x(4)
     expected = lib.run({"x": x})["y"]
@@ -164,12 +165,12 @@ def test_tune_model_stores_opencl_records_that_the_build_uses(tmp_path, mlp_path
 
 def test_tune_model_command_on_opencl(tmp_path, mlp_path, capsys):
     db = tmp_path / "cli.db"
-    code = cli.main([mlp_path, "--db", str(db), "--trials", "3", "--target", "opencl",
+    code = cli.main([mlp_path, "--db", str(db), "--trials", "3", "--target", RUN_TARGET,
                      "--batch-size", "3", "--repeat", "1", "--min-repeat-ms", "1",
                      "--cost-model", "random", "--remeasure-top", "1", "--no-live"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "tune-model report: mlp on opencl" in out and "coverage:" in out
+    assert f"tune-model report: mlp on {RUN_TARGET}" in out and "coverage:" in out
     with Database(db, create=False) as opened:
         assert opened.count() == 3
 

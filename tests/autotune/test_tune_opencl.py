@@ -13,9 +13,10 @@ from tensor_ir.target import Target
 
 pytest.importorskip("pyopencl")
 
-from ..opencl_support import needs_opencl
+from ..opencl_support import RUN_TARGET, needs_opencl_run
 
-pytestmark = needs_opencl
+# On the default OpenCL device, else on Oclgrind (see tests/opencl_support.py).
+pytestmark = needs_opencl_run
 
 # Short repeats and a short time-out: a PoCL kernel with a pathological work-group shape can
 # take seconds, and such a candidate must cost one time-out record, not the test's budget.
@@ -38,13 +39,13 @@ def _softmax(rows=8, cols=64):
 
 def _check_tune(func, reference, trials=8):
     db = MemoryDatabase()
-    best = autotune.tune(func, "opencl", trials=trials, database=db, measure_config=FAST,
+    best = autotune.tune(func, RUN_TARGET, trials=trials, database=db, measure_config=FAST,
                          batch_size=4, remeasure_top=1, remeasure_rounds=1, log=False)
     records = db.records(best.workload_key)
     # Every measured candidate is in the database, errors included.
     assert len(records) == best.trials == trials
     assert best.best_schedule is not None, [r.error_msg for r in records]
-    kernel = autotune.build(best.best_schedule.func, "opencl")
+    kernel = autotune.build(best.best_schedule.func, RUN_TARGET)
     rng = np.random.default_rng(0)
     arrays = [rng.uniform(-1, 1, tuple(p.shape)).astype(p.dtype) if not p.written
               else np.zeros(tuple(p.shape), p.dtype) for p in kernel.params]
@@ -73,7 +74,7 @@ def test_error_candidate_costs_one_record():
     # 128 x 128 threads per block: over the device's work-group limit (PoCL: 4096).
     sch.bind(i, "threadIdx.y")
     sch.bind(j, "threadIdx.x")
-    bad = MeasureInput(sch.func, Target("opencl"), "wk-bad", reference=func)
+    bad = MeasureInput(sch.func, Target(RUN_TARGET), "wk-bad", reference=func)
     with LocalBuilder(max_workers=1) as builder, LocalRunner(FAST) as runner:
         builds = builder.build([bad])
         results = runner.run([bad], builds)
@@ -87,7 +88,7 @@ def test_gpu_tune_seeds_no_cpu_default():
     from search import SearchConfig, create
 
     with LocalBuilder(max_workers=1) as builder, LocalRunner(FAST) as runner:
-        loop = tuning_loop(_matmul(), Target("opencl"), MemoryDatabase(), builder, runner,
+        loop = tuning_loop(_matmul(), Target(RUN_TARGET), MemoryDatabase(), builder, runner,
                            SearchConfig(), create("random"), cost_models.create("random"),
                            measure_config=FAST)
     # The CPU rule of thumb binds no threads: nothing is seeded on a GPU target.

@@ -17,10 +17,10 @@ from tensor_ir.lower import lower
 from tensor_ir.stmt import Allocate, For
 from tensor_ir.visitor import collect
 
-from ..opencl_support import needs_opencl
+from ..opencl_support import RUN_TARGET, needs_opencl_run
 
 
-TARGETS = ["interp", pytest.param("opencl", marks=needs_opencl)]
+TARGETS = ["interp", pytest.param("opencl", marks=needs_opencl_run)]
 
 
 def run(func, arrays: list, expected: dict, target: str) -> None:
@@ -28,7 +28,7 @@ def run(func, arrays: list, expected: dict, target: str) -> None:
     if target == "interp":
         interp.run(func, *arrays)
     else:
-        autotune.build(func, target="opencl")(*arrays)
+        autotune.build(func, target=RUN_TARGET)(*arrays)
     for index, reference in expected.items():
         np.testing.assert_allclose(arrays[index], reference, rtol=1e-5, atol=1e-5)
 

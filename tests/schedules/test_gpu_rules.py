@@ -32,7 +32,7 @@ from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_for_gpu
 from tensor_ir.visitor import collect, uses_var
 
-from ..opencl_support import needs_opencl
+from ..opencl_support import RUN_TARGET, needs_opencl_run
 from .test_gpu_tiling import assert_ptx_compiles
 
 
@@ -237,7 +237,7 @@ def test_rules_leave_bound_blocks_alone():
 
 # -- running on PoCL ----------------------------------------------------------------------------
 
-@needs_opencl
+@needs_opencl_run
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_candidates_verify_and_match_numpy(case):
     func, inputs, expected = CASES[case]()
@@ -247,7 +247,7 @@ def test_candidates_verify_and_match_numpy(case):
         _verify(cand.func, target)
     for cand in cands[:RUN_LIMIT]:
         out = np.zeros(func.params[-1].const_shape, func.params[-1].dtype)
-        kernel = autotune.build(cand.func, "opencl")
+        kernel = autotune.build(cand.func, RUN_TARGET)
         kernel(*[x.copy() for x in inputs], out)
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6,
                                    err_msg=to_text(cand.func))

@@ -32,7 +32,7 @@ from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_for_gpu
 from tensor_ir.visitor import collect
 
-from ..opencl_support import needs_opencl
+from ..opencl_support import RUN_TARGET, needs_opencl_run
 
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -101,7 +101,7 @@ def _verify(func, target: Target) -> None:
 
 def _run(func, inputs) -> np.ndarray:
     out = np.zeros(func.params[-1].const_shape, func.params[-1].dtype)
-    kernel = autotune.build(func, "opencl")
+    kernel = autotune.build(func, RUN_TARGET)
     kernel(*[x.copy() for x in inputs], out)
     return out
 
@@ -205,7 +205,7 @@ def test_verifier_rejects_too_many_threads_along_z():
 
 # -- running on PoCL ------------------------------------------------------------------------------
 
-@needs_opencl
+@needs_opencl_run
 @pytest.mark.parametrize("case", ["matmul_64x48x40", "matmul_33x17x29", "matmul_transposed",
                                   "batch_matmul", "conv2d"])
 def test_tiled_candidates_match_numpy(case):
@@ -218,7 +218,7 @@ def test_tiled_candidates_match_numpy(case):
                                    err_msg=to_text(cand.func))
 
 
-@needs_opencl
+@needs_opencl_run
 def test_elementwise_consumer_folded_into_write_back():
     """matmul then relu: the relu is applied by the write-back of the register tile (one
     kernel, no intermediate buffer in global memory)."""

@@ -37,7 +37,8 @@ from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_for_gpu
 from tensor_ir.visitor import collect
 
-from .test_gpu_tiling import assert_ptx_compiles, needs_nvcc, needs_opencl
+from ..opencl_support import RUN_TARGET, needs_opencl_run
+from .test_gpu_tiling import assert_ptx_compiles, needs_nvcc
 
 CASES = {
     "matmul_square": ("matmul", {"M": 64, "N": 64, "K": 64}),
@@ -116,7 +117,7 @@ def _find(case: str, vthread: bool, steps=(16, 64), seeds=range(60)):
 
 def _run(func, inputs) -> np.ndarray:
     out = np.zeros(func.params[-1].const_shape, func.params[-1].dtype)
-    kernel = autotune.build(func, "opencl")
+    kernel = autotune.build(func, RUN_TARGET)
     kernel(*[x.copy() for x in inputs], out)
     return out
 
@@ -285,7 +286,7 @@ def test_fetch_vector_length_is_a_mutable_decision():
 
 # -- running on PoCL ------------------------------------------------------------------------------
 
-@needs_opencl
+@needs_opencl_run
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_vthread_and_unroll_candidates_match_numpy(case):
     _, _, inputs, expected = _space(case)
@@ -294,7 +295,7 @@ def test_vthread_and_unroll_candidates_match_numpy(case):
                                err_msg=to_text(cand.func))
 
 
-@needs_opencl
+@needs_opencl_run
 def test_vthread_without_unroll_matches_numpy():
     _, _, inputs, expected = _space("matmul_33x17x29")
     cand = _find("matmul_33x17x29", vthread=True, steps=(0,))
@@ -302,7 +303,7 @@ def test_vthread_without_unroll_matches_numpy():
                                err_msg=to_text(cand.func))
 
 
-@needs_opencl
+@needs_opencl_run
 def test_float4_fetch_matches_numpy():
     _, _, inputs, expected = _space("matmul_square")
     cand, code = _vector_fetch("matmul_square", "opencl", 4)
