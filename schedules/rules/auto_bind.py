@@ -16,6 +16,11 @@ threads per block (at most MAX_THREADS), each capped by the fused extent (a 12-e
 offered 12 threads, not 32 of which 20 idle).  The split is not required to divide the extent:
 the last block is guarded by a predicate.
 
+Where ``bind`` refuses the fused form (its dependence check proves the // and % indices of a
+fused loop only by enumerating the grid, within a budget that ordinary sizes exceed), the
+loops are bound one by one instead: the innermost split by T over blockIdx.x / threadIdx.x,
+the next two over blockIdx.y / blockIdx.z.
+
 A reduction with no spatial loop at all (a sum to a scalar) has nothing to spread over blocks;
 its reduction loops are spread over the threads of one block instead (a cross-thread reduction,
 see rules/cross_thread_reduction.py).  A block with no loops (a scalar store) is left as it is:
@@ -208,4 +213,23 @@ class AutoBind(ThreadCountRule):
             s.bind(inner, "threadIdx.x")
 
         done = try_on_copy(sch, bind)
+        if done is None and len(loops) > 1:
+            done = try_on_copy(sch, lambda s: self._bind_by_dimension(s, block, loops))
         return [done if done is not None else sch]
+
+    def _bind_by_dimension(self, s: Schedule, block: str, loops) -> None:
+        """The fallback when the fused form is refused: ``bind`` proves the fused loop's
+        // and % indices independent only by enumerating the launch grid, which runs out of
+        budget at ordinary sizes (a 64x56x56 pooling, a 1M-element pad), and the block would
+        be left to one thread.  Here each loop is bound on its own, every index affine in the
+        launch indices: the innermost split by a sampled T over blockIdx.x / threadIdx.x, the
+        next two over blockIdx.y and blockIdx.z; loops outside those (a batch of one, mostly)
+        stay serial in each thread."""
+        rvs = s.get_loops(s.get_block(block))[:len(loops)]
+        candidates = thread_candidates(self.max_threads, loops[-1].extent.value, self.smallest)
+        threads = s.sample_categorical(candidates, [1.0] * len(candidates))
+        outer, inner = s.split(rvs[-1], [None, threads])
+        s.bind(outer, "blockIdx.x")
+        s.bind(inner, "threadIdx.x")
+        for rv, axis in zip(reversed(rvs[:-1]), ("blockIdx.y", "blockIdx.z")):
+            s.bind(rv, axis)

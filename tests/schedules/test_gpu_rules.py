@@ -266,3 +266,39 @@ def test_cuda_source_compiles_with_nvcc(case, tmp_path):
         cand = space.sample(seed=k, sketch=k)
         assert_ptx_compiles(gpu_module(lower_for_gpu(cand.func), "cuda").code, tmp_path,
                             f"{case}_{k}")
+
+
+# -- blocks too large for the fused binding ------------------------------------------------------
+
+def test_large_blocks_are_bound_dimension_by_dimension():
+    # bind proves a fused loop's // and % indices only by enumerating the grid, within a
+    # budget: past it (a 66x66x8 pad) the fused form is refused, and the block used to be left
+    # on one thread.  The fallback binds each loop on its own.
+    from tensor_ir import ops
+
+    target = Target("cuda -arch=sm_90")
+    for func in (ops.max_pool2d(1, 8, 64, 64, (3, 3), 2, 1), ops.add((1, 64, 112, 112),
+                                                                     (1, 64, 112, 112))):
+        space = DesignSpace(func, target)
+        for seed in (0, 1):
+            cand = space.sample(seed)
+            lowered = lower_for_gpu(cand.func)
+            module = gpu_module(lowered, "cuda", max_threads_per_block=1024)
+            for kernel in module.kernels:
+                assert kernel.threads_per_block > 1 and kernel.grid[0] * kernel.grid[1] > 1, \
+                    (func.name, kernel.grid, kernel.block)
+            assert any(k.grid[1] > 1 for k in module.kernels)  # a loop over blockIdx.y
+
+
+@needs_opencl_run
+def test_dimension_by_dimension_binding_matches_numpy():
+    from tensor_ir import ops
+
+    func = ops.max_pool2d(1, 8, 64, 64, (3, 3), 2, 1)
+    space = DesignSpace(func, Target("cuda -arch=sm_90"))
+    x = np.random.default_rng(0).standard_normal((1, 8, 64, 64)).astype("float32")
+    want = ops.ref_max_pool2d(x, (3, 3), 2, 1)
+    for seed in (0, 1):
+        out = np.full(want.shape, np.nan, "float32")
+        autotune.build(space.sample(seed).func, RUN_TARGET)(x, out)
+        np.testing.assert_array_equal(out, want)
