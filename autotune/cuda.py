@@ -148,9 +148,7 @@ class CUDAKernel:
 
     def __init__(self, source: GPUModule | GPUSource, func: PrimFunc | None, target: Target,
                  cubin: bytes | None = None):
-        if isinstance(source, GPUSource):
-            source = GPUModule(source.name, source.dialect, source.code, source.params, (),
-                               (source,))
+        source = GPUModule.of(source)
         if source.dialect != "cuda":
             raise BuildError(f"cuda target: kernel {source.name} is {source.dialect} C, not "
                              "CUDA C")
@@ -279,11 +277,7 @@ class CUDAKernel:
         return out
 
     def __call__(self, *arrays) -> None:
-        for p, a in zip(self.params, arrays):
-            if p.written and isinstance(a, np.ndarray) and not a.flags.writeable:
-                raise BuildError(f"kernel {self.entry_name}: argument {p.name} is written but "
-                                 "the array is read-only")
-        buffers = self.device_buffers(arrays)
+        buffers = self.device_buffers(arrays)  # checks the arrays, writability included
         self.launch(buffers)
         written = [i for i, p in enumerate(self.params) if p.written]
         for i, host in zip(written, self.read(buffers, written)):

@@ -115,9 +115,7 @@ class GPUKernel:
     def __init__(self, source: GPUModule | GPUSource, func: PrimFunc | None, target: Target):
         import pyopencl as cl
 
-        if isinstance(source, GPUSource):
-            source = GPUModule(source.name, source.dialect, source.code, source.params, (),
-                               (source,))
+        source = GPUModule.of(source)
         self.source = source
         self.func = func
         self.target = target

@@ -199,6 +199,14 @@ class GPUModule:
     temps: tuple
     kernels: tuple
 
+    @classmethod
+    def of(cls, source: GPUModule | GPUSource) -> GPUModule:
+        """``source`` as a module: a GPUSource (a function printed as one kernel) becomes a
+        module of that kernel, its parameters, no temporaries."""
+        if isinstance(source, GPUModule):
+            return source
+        return cls(source.name, source.dialect, source.code, source.params, (), (source,))
+
     @property
     def buffers(self) -> tuple:
         """Every buffer a kernel can take: ``params`` then ``temps`` (what ``buffers`` of a
