@@ -34,6 +34,7 @@ kernels timed by the local runner through pyopencl) and builds the model there a
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 import time
@@ -146,9 +147,28 @@ def _buffer_bytes(buffer) -> int:
     return count * dt.bits(dt.canonical(buffer.dtype)) // 8
 
 
+def similarity_group(func, flops: float) -> str:
+    """The scheduler's group of a task (SchedulerTask.group): tasks whose throughputs are
+    compared, so that one far behind its siblings is expected to catch up.  The fused
+    function's name alone is too coarse: a depthwise and a pointwise convolution with the
+    same bias and clip are both ``fused_conv2d_add_clip``, and the depthwise one, doing ~20
+    operations per output against hundreds, cannot reach the pointwise one's throughput
+    (MobileNetV2's ran at 50-230 GFLOPS, its pointwise ones at 200-470), yet would be
+    expected to.  So the name is qualified by the work per output element (the reduction's
+    length, with what is fused around it), in powers of two."""
+    outputs = 1
+    for extent in func.params[-1].const_shape:
+        outputs *= int(extent)
+    per_output = flops / max(1, outputs)
+    if per_output < 1:
+        return func.name
+    return f"{func.name}/{1 << int(math.log2(per_output))}"
+
+
 def model_tasks(model: Model) -> list[SchedulerTask]:
-    """The model's tasks as the scheduler sees them.  Tasks of one fused function name share
-    a group (their throughputs are compared) and are told apart by a ``#n`` suffix."""
+    """The model's tasks as the scheduler sees them.  Tasks of one fused function name are
+    told apart by a ``#n`` suffix; those of one name and a like amount of work per output
+    share a group (their throughputs are compared, see similarity_group)."""
     tasks = []
     seen: dict[str, int] = {}
     for task in extract_tasks(model):
@@ -156,7 +176,8 @@ def model_tasks(model: Model) -> list[SchedulerTask]:
         name = task.name if seen[task.name] == 1 else f"{task.name}#{seen[task.name]}"
         tasks.append(SchedulerTask(name, task.key, task.weight, float(task.flops),
                                    float(sum(_buffer_bytes(b) for b in task.func.params)),
-                                   group=task.func.name, func=task.func,
+                                   group=similarity_group(task.func, task.flops),
+                                   func=task.func,
                                    weight_params=tuple(sorted(task.weight_params))))
     return tasks
 
@@ -164,17 +185,22 @@ def model_tasks(model: Model) -> list[SchedulerTask]:
 def weights_read_cold(model: Model, target: Target) -> bool:
     """Whether each run of ``model`` on ``target`` reads its weights from memory, so that
     the tuner times its tasks on weights out of cache (MeasureInput.cold_weights), as the
-    built model meets them.  One inference streams through all the weights, each kernel
-    finding its own evicted by the others since its last run, once they take more than half
-    of the CPU's last-level cache: the activations need the rest, and a victim L3 (AMD's)
-    shared with other cores holds less than its size.  Measured on the default builds here
-    (32 MiB L3): the BERT layer's 27 MiB of weights ran its matmuls in the model as slowly
-    as alone on rotated weight copies (cold) and up to 1.6x slower than on warm ones;
-    MobileNetV2's 13.5 MiB ran as warm."""
+    built model meets them.  One inference streams its weights and its activations through
+    the caches, each kernel finding its own weights evicted by the others since its last
+    run, once together they take more than half of the CPU's last-level cache: a victim L3
+    (AMD's), shared with other cores, keeps less than its size, and holds a line only after
+    the private caches evicted it.  Measured on the builds here (32 MiB L3): the BERT
+    layer's 27 MiB of weights ran its matmuls in the model as slowly as alone on rotated
+    weight copies and up to 1.6x slower than on warm ones; MobileNetV2's weights are only
+    13.5 MiB, but with its activations (several of 4.8 MiB) its late 1x1 convolutions ran
+    1.4-1.8x slower in the model than on warm weights, and like alone on a flushed cache.
+    The activations count once each (each is written once per run and then read)."""
     if target.kind != "llvm" or not target.l3_cache:
         return False
     weights = sum(np.asarray(array).nbytes for array in model.constants.values())
-    return 2 * weights > target.l3_cache
+    activations = sum(t.nbytes for name, t in model.types.items()
+                      if name not in model.constants)
+    return 2 * (weights + activations) > target.l3_cache
 
 
 def tune_model(model, target: str | Target = "llvm", trials: int | None = None,

@@ -103,10 +103,30 @@ def test_model_tasks_are_unique_weighted_and_grouped():
     model = autotune.load_model("resnet18", image_size=16, width=4, num_classes=4)
     tasks = model_tasks(model)
     assert len({t.name for t in tasks}) == len(tasks) == len({t.key for t in tasks})
-    convs = [t for t in tasks if t.group == "fused_conv2d_add_relu"]
+    convs = [t for t in tasks if t.name.startswith("fused_conv2d_add_relu")]
     assert len(convs) > 1 and convs[1].name == "fused_conv2d_add_relu#2"
+    # Grouped by name and work per output: the 3x3 convolutions of one width together.
+    assert all(t.group.startswith("fused_conv2d_add_relu/") for t in convs)
+    assert any(sum(o.group == t.group for o in convs) > 1 for t in convs)
     assert sum(t.weight for t in tasks) > len(tasks)           # repeated blocks share a task
     assert all(t.bytes > 0 and t.flops >= 0 for t in tasks)
+
+
+def test_depthwise_and_pointwise_convolutions_are_not_compared():
+    from autotune.tune_model import similarity_group
+
+    model = autotune.load_model("mobilenet_v2", image_size=32, width=0.25, num_classes=4)
+    tasks = model_tasks(model)
+    depthwise = [t for t in tasks if t.func.params[1].const_shape[1] == 1
+                 and len(t.func.params[1].const_shape) == 4]
+    pointwise = [t for t in tasks if len(t.func.params[1].const_shape) == 4
+                 and tuple(t.func.params[1].const_shape[2:]) == (1, 1)
+                 and t.func.params[1].const_shape[1] >= 64]
+    assert depthwise and pointwise
+    assert not {t.group for t in depthwise} & {t.group for t in pointwise}
+    # The name still leads the group: a matmul and a convolution are never siblings.
+    assert all(t.group.split("/")[0] == t.func.name for t in tasks)
+    assert similarity_group(tasks[0].func, 0.0) == tasks[0].func.name
 
 
 def test_parse_duration():

@@ -149,12 +149,19 @@ def test_model_tasks_name_the_weights_a_build_packs():
     assert seen and all(w == task.weight_params for w in seen)
 
 
-def test_weights_are_read_cold_when_they_outgrow_the_last_level_cache():
+def test_weights_are_read_cold_when_with_the_activations_they_outgrow_the_cache():
     from autotune.tune_model import weights_read_cold
 
     model = conv_bn_relu_model(channels=16, image=7)
     weights = sum(np.asarray(a).nbytes for a in model.constants.values())
-    assert weights_read_cold(model, autotune.Target(f"{TARGET} -l3-cache={2 * weights - 1}"))
-    assert not weights_read_cold(model, autotune.Target(f"{TARGET} -l3-cache={2 * weights}"))
+    # Each activation once: written by its producer, read by its consumers, every run.
+    activations = sum(t.nbytes for name, t in model.types.items()
+                      if name not in model.constants)
+    assert activations > 0
+    streamed = weights + activations
+    assert weights_read_cold(model, autotune.Target(f"{TARGET} -l3-cache={2 * streamed - 1}"))
+    assert not weights_read_cold(model, autotune.Target(f"{TARGET} -l3-cache={2 * streamed}"))
+    # The weights alone would fit: the activations passing through evict them.
+    assert weights_read_cold(model, autotune.Target(f"{TARGET} -l3-cache={2 * weights}"))
     # Not a CPU cache question on a GPU.
     assert not weights_read_cold(model, autotune.Target("opencl"))

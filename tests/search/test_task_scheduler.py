@@ -263,6 +263,23 @@ def test_gradient_prefers_heavy_slow_and_recently_improving_tasks():
     assert sched.choose() is fresh
 
 
+def test_a_laggard_among_siblings_catches_up_at_a_rate_per_trial():
+    sched = TaskScheduler(make_tasks(weights=(1, 1, 2)), lambda t: None, MemoryDatabase(),
+                          TARGET, **configs({"trials": 10, "batch_size": 2, "window": 2,
+                                             "eps": 0.0}))
+    a, b, c = sched.tasks
+    for t, seconds in ((a, [1.0] * 40), (b, [0.1] * 40), (c, [1.0] * 8)):
+        for s in seconds:
+            t.add_trial(s)
+    # a runs at a tenth of its sibling b's throughput (same work): its gap to beta (2) times
+    # b's time, 0.2 - 1.0, counts per trial over the window (2 batches of 2 trials).
+    assert sched.gradient(a) == pytest.approx(0.8 * (0.2 - 1.0) / 4)
+    # c, alone in its group, heavier and less tuned, still comes first: the laggard's whole
+    # gap (-0.8, Ansor's term) would have outranked it.
+    assert sched.gradient(c) == pytest.approx(2 * 0.8 * -1.0 / 8)
+    assert sched.choose() is c
+
+
 def test_estimated_latency_fills_in_unmeasured_tasks():
     measured = SchedulerTask("a", "a", 2, 1e6, best_seconds=1e-3)      # 1 GFLOP/s
     unmeasured = SchedulerTask("b", "b", 1, 5e5)
