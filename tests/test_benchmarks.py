@@ -193,5 +193,10 @@ def test_search_efficiency_transfer_tunes_cold_and_warm(tmp_path):
     assert row["warm_blend"]["best_ms_after"]["4"] > 0
     assert "median_warm_over_cold_trials_to_90pct" in doc
     assert "median_warm_blend_over_cold_trials_to_90pct" in doc
+    # The task's best is the best of its runs, which one of them reaches by its last trial.
+    ends = [row[m]["best_ms_after"]["4"] for m in ("cold", "warm", "warm_blend")]
+    assert row["task_best_ms"] == pytest.approx(min(ends), abs=2e-4)
+    assert any(row[m]["trials_to_90pct_of_task_best"] for m in ("cold", "warm", "warm_blend"))
+    assert "median_warm_over_cold_trials_to_90pct_of_task_best" in doc
     assert set(doc["mean_model_accuracy"]) == {"cold", "warm", "warm_blend"}
     assert doc["source"]["workloads"] == 2 and doc["source"]["heldout_ranking"]["model"]

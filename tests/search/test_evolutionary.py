@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 import cost_models
+from cost_models import features as F
 import search
 from records import MemoryDatabase
 from schedules.sampling import INLINE_DECISION, ROOT_DECISION
@@ -21,10 +22,10 @@ from search.mutators import (
     default_mutators,
     mutate,
 )
-from search.simulation import SimulationBuilder
+from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
 
-from .landscape import small_matmul, synthetic_runner
+from .landscape import FeatureDistance, small_matmul, synthetic_runner
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +169,53 @@ def test_fresh_samples_favour_the_sketches_that_measured_fast(space, runner):
     assert not hasattr(search.create("random", seed=0), "_sketch_weights")
 
 
+def _first_batch_best(space, landscape, model, seed, prior_samples):
+    """The best true cost in the first batch of 8 a run proposes with ``model``."""
+    runner = SimulationRunner(landscape)
+    loop = search.TuningLoop(space, search.create("evolutionary", seed=seed,
+                                                  prior_samples=prior_samples),
+                             model, SimulationBuilder(), runner, MemoryDatabase(),
+                             config=search.SearchConfig(batch_size=8), log=False)
+    result = loop.run(8)
+    assert len(result.trials) == 8
+    return min(t.seconds for t in result.trials), loop
+
+
+def test_a_model_trained_before_the_run_picks_the_first_batch_from_a_wide_pool(space):
+    """A pre-trained model (here trained on other programs of the same landscape) ranks the
+    first batch; drawn from 16x the batch its pick is better than from 3x the batch (the
+    population size), which is what the first batch was chosen from before."""
+    landscape = FeatureDistance(space)
+    rng = random.Random(11)
+    seen = [space.sample(rng) for _ in range(96)]
+    x = F.extract([c.func for c in seen])
+    model = cost_models.create("xgb", seed=0)
+    model.update(x, [landscape.seconds(c.func) for c in seen])
+    assert model.is_trained
+    narrow, wide = [], []
+    for seed in range(4):
+        best, _ = _first_batch_best(space, landscape, model, seed, prior_samples=24)
+        narrow.append(best)
+        best, loop = _first_batch_best(space, landscape, model, seed, prior_samples=128)
+        wide.append(best)
+        assert loop.pool.sampled >= 128
+    assert statistics.mean(wide) < statistics.mean(narrow), (wide, narrow)
+
+
+def test_a_pre_trained_models_first_batch_takes_each_sketch_in_turn(space):
+    """A model that never measured this task may rank whole sketches wrongly: its first
+    batch holds each sketch's best predicted program before any sketch's second."""
+    landscape = FeatureDistance(space)
+    rng = random.Random(3)
+    seen = [space.sample(rng) for _ in range(64)]
+    model = cost_models.create("xgb", seed=0)
+    model.update(F.extract([c.func for c in seen]), [landscape.seconds(c.func) for c in seen])
+    _, loop = _first_batch_best(space, landscape, model, 0, prior_samples=64)
+    strategy_sketches = [space.sketch_of(c.final_trace) for c in loop.strategy.measured]
+    assert len(space.sketches) >= 2
+    assert set(strategy_sketches) == set(range(len(space.sketches))), strategy_sketches
+
+
 def test_propose_only_new_distinct_programs(space, runner):
     loop, result = run_search(space, runner, "evolutionary", seed=1, trials=24)
     strategy = loop.strategy
@@ -189,6 +237,8 @@ def test_create_and_options():
         search.create("evolutionary", eps_greedy=1.5)
     with pytest.raises(search.SearchError, match="population"):
         search.EvolutionarySearch(population=0)
+    with pytest.raises(search.SearchError, match="prior_samples"):
+        search.EvolutionarySearch(prior_samples=-3)
     with pytest.raises(search.SearchError, match="options"):
         search.create(s, seed=2)
     with pytest.raises(search.SearchError, match="before initialize"):
