@@ -1,6 +1,7 @@
 """Search strategies and mutators, offline (synthetic run times, no compilation)."""
 from __future__ import annotations
 
+import copy
 import math
 import random
 import statistics
@@ -169,12 +170,25 @@ def test_fresh_samples_favour_the_sketches_that_measured_fast(space, runner):
     assert not hasattr(search.create("random", seed=0), "_sketch_weights")
 
 
+def _landscape_model(space, landscape, samples: int, seed: int):
+    """An XGB model trained on ``samples`` random programs of the landscape, as a model
+    pre-trained before a run would be."""
+    rng = random.Random(seed)
+    seen = [space.sample(rng) for _ in range(samples)]
+    model = cost_models.create("xgb", seed=0)
+    model.update(F.extract([c.func for c in seen]), [landscape.seconds(c.func) for c in seen])
+    assert model.is_trained
+    return model
+
+
 def _first_batch_best(space, landscape, model, seed, prior_samples):
-    """The best true cost in the first batch of 8 a run proposes with ``model``."""
+    """The best true cost in the first batch of 8 a run proposes with a copy of ``model``
+    (the run retrains its copy; every run starts from the same model)."""
     runner = SimulationRunner(landscape)
     loop = search.TuningLoop(space, search.create("evolutionary", seed=seed,
                                                   prior_samples=prior_samples),
-                             model, SimulationBuilder(), runner, MemoryDatabase(),
+                             copy.deepcopy(model), SimulationBuilder(), runner,
+                             MemoryDatabase(),
                              config=search.SearchConfig(batch_size=8), log=False)
     result = loop.run(8)
     assert len(result.trials) == 8
@@ -186,12 +200,7 @@ def test_a_model_trained_before_the_run_picks_the_first_batch_from_a_wide_pool(s
     first batch; drawn from 16x the batch its pick is better than from 3x the batch (the
     population size), which is what the first batch was chosen from before."""
     landscape = FeatureDistance(space)
-    rng = random.Random(11)
-    seen = [space.sample(rng) for _ in range(96)]
-    x = F.extract([c.func for c in seen])
-    model = cost_models.create("xgb", seed=0)
-    model.update(x, [landscape.seconds(c.func) for c in seen])
-    assert model.is_trained
+    model = _landscape_model(space, landscape, 96, seed=11)
     narrow, wide = [], []
     for seed in range(4):
         best, _ = _first_batch_best(space, landscape, model, seed, prior_samples=24)
@@ -206,10 +215,7 @@ def test_a_pre_trained_models_first_batch_takes_each_sketch_in_turn(space):
     """A model that never measured this task may rank whole sketches wrongly: its first
     batch holds each sketch's best predicted program before any sketch's second."""
     landscape = FeatureDistance(space)
-    rng = random.Random(3)
-    seen = [space.sample(rng) for _ in range(64)]
-    model = cost_models.create("xgb", seed=0)
-    model.update(F.extract([c.func for c in seen]), [landscape.seconds(c.func) for c in seen])
+    model = _landscape_model(space, landscape, 64, seed=3)
     _, loop = _first_batch_best(space, landscape, model, 0, prior_samples=64)
     strategy_sketches = [space.sketch_of(c.final_trace) for c in loop.strategy.measured]
     assert len(space.sketches) >= 2
