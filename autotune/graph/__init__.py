@@ -6,7 +6,7 @@ from .ir import GraphBuilder, Model, Node
 from .operators import OPS, OpDef, get_op
 from .passes import (
     FusedGroup, MemoryPlan, eliminate_dead_code, fold_batch_norm, fold_constants, fuse_ops,
-    optimize, plan_memory,
+    optimize, plan_memory, winograd_conv2d,
 )
 from .tasks import GroupFunc, Task, count_flops, extract_tasks, group_func, partition
 from .types import TensorType
@@ -14,6 +14,7 @@ from .types import TensorType
 __all__ = [
     "FrontendError", "GraphError", "UnsupportedOperatorError", "GraphBuilder", "Model", "Node",
     "OPS", "OpDef", "get_op", "FusedGroup", "MemoryPlan", "eliminate_dead_code",
-    "fold_batch_norm", "fold_constants", "fuse_ops", "optimize", "plan_memory", "GroupFunc",
+    "fold_batch_norm", "fold_constants", "fuse_ops", "optimize", "plan_memory",
+    "winograd_conv2d", "GroupFunc",
     "Task", "count_flops", "extract_tasks", "group_func", "partition", "TensorType",
 ]

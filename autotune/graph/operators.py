@@ -360,6 +360,53 @@ _register("conv2d_transpose", COMPUTE, (2, 2), _conv_transpose_infer,
               arrays[0], arrays[1], attrs["strides"], attrs["pads"], attrs["output_padding"]))
 
 
+def _winograd_input_infer(types, attrs):
+    op = "winograd_input"
+    data, bt = types
+    m = attrs["tile"]
+    a = m + 2
+    _check(len(data.shape) == 4, op, f"data must be NCHW, got {data.shape}")
+    _check(bt.shape == (a, a) and bt.dtype == data.dtype, op,
+           f"Bt must be {data.dtype} {(a, a)} for F({m}, 3), got {bt.dtype} {bt.shape}")
+    n, c, h, w = data.shape
+    pt, pl, pb, pr = attrs["pads"]
+    oh, ow = h + pt + pb - 2, w + pl + pr - 2
+    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
+    return TensorType((a * a, c, ops.winograd_tiles(n, oh, ow, m)[2]), data.dtype)
+
+
+def _winograd_output_infer(types, attrs):
+    op = "winograd_output"
+    mm, at = types
+    m = attrs["tile"]
+    a = m + 2
+    n, oh, ow = attrs["batch"], attrs["height"], attrs["width"]
+    tiles = ops.winograd_tiles(n, oh, ow, m)[2]
+    _check(len(mm.shape) == 3 and mm.shape[0] == a * a and mm.shape[2] == tiles, op,
+           f"M must be ({a * a}, K, {tiles}) for {n} x {oh} x {ow} outputs, got {mm.shape}")
+    _check(at.shape == (m, a) and at.dtype == mm.dtype, op,
+           f"At must be {mm.dtype} {(m, a)} for F({m}, 3), got {at.dtype} {at.shape}")
+    return TensorType((n, mm.shape[1], oh, ow), mm.dtype)
+
+
+# The two halves of a Winograd convolution (see tensor_ir.ops.winograd); the pass
+# ``winograd_conv2d`` puts them around a batched matmul with the transformed weights.  Each
+# is a small reduction over a tile's positions: its elementwise consumers (bias, residual
+# add, relu) fuse into the output transform as they would into the convolution.
+_register("winograd_input", REDUCTION, (2, 2), _winograd_input_infer,
+          lambda args, attrs, name: ops.te_winograd_input(args[0], args[1], attrs["tile"],
+                                                          attrs["pads"], name=name),
+          lambda arrays, attrs: ops.ref_winograd_input(arrays[0], arrays[1], attrs["tile"],
+                                                       attrs["pads"]))
+_register("winograd_output", REDUCTION, (2, 2), _winograd_output_infer,
+          lambda args, attrs, name: ops.te_winograd_output(
+              args[0], args[1], attrs["tile"], attrs["batch"], attrs["height"],
+              attrs["width"], name=name),
+          lambda arrays, attrs: ops.ref_winograd_output(
+              arrays[0], arrays[1], attrs["tile"], attrs["batch"], attrs["height"],
+              attrs["width"]))
+
+
 def _matmul_dims(types, attrs):
     op = "matmul"
     a, b = types

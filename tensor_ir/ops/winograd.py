@@ -1,0 +1,164 @@
+"""Winograd minimal filtering for stride-1 3x3 convolutions, F(m x m, 3 x 3).
+
+A 3x3 convolution computed tile by tile needs fewer multiplications: each output tile of
+m x m pixels comes from an (m+2) x (m+2) input tile ``d`` (tiles overlap by two pixels) as
+
+    V = Bt d Bt^T          (input transform, per tile and input channel)
+    U = G g G^T            (weight transform, per filter: once, the weights are constants)
+    M = sum_c U[k, c] * V[c]   elementwise in the (m+2)^2 positions
+    Y = At M At^T          (output transform, per tile and output channel)
+
+The channel sum is (m+2)^2 independent matrix products, which is where the work goes: per
+output pixel it costs (m+2)^2 / m^2 multiply-adds per input channel instead of 9 (F(4,3):
+2.25, a quarter of the direct convolution's).  Larger tiles save more multiplications but
+lose precision (the transform matrices' entries grow); F(4,3) keeps float32 results within
+about 1e-5 of their magnitude.
+
+Layouts (e = u * (m+2) + v indexes the positions of a transformed tile, p the tile:
+p = (n * th + ty) * tw + tx for th x tw tiles per image):
+
+    V[e, c, p]   ``te_winograd_input``  (input transform; the padding is applied here)
+    U[e, k, c]   ``winograd_weight``    (numpy, at graph-build time)
+    M[e, k, p]   a batched matmul U @ V (any matmul operator)
+    Y[n, k, y, x] ``te_winograd_output`` (output transform; the last partial tile is cut)
+
+The transform matrices are parameters of the te stages (``Bt``: (m+2) x (m+2), ``At``:
+m x (m+2)), read like weights, rather than constants folded into the expression: a stage
+whose coefficients depend on its loop indices could only fold them if those loops were fully
+unrolled, which a searched schedule does not promise.  As parameters, each stage is a small
+dense contraction that the tiling rules schedule as they schedule any reduction.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from .utils import check
+
+__all__ = [
+    "WINOGRAD_TILES", "winograd_matrices", "winograd_tiles", "winograd_weight",
+    "te_winograd_input", "ref_winograd_input", "te_winograd_output", "ref_winograd_output",
+]
+
+# F(m, 3) for these output tile sizes m: the interpolation points 0, +-1 (m = 2) and
+# 0, +-1, +-2 (m = 4) plus the point at infinity, as Lavin and Gray chose them.
+_MATRICES = {
+    2: (
+        [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        [[1, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 2, -1 / 2, 1 / 2], [0, 0, 1]],
+        [[1, 1, 1, 0], [0, 1, -1, -1]],
+    ),
+    4: (
+        [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+         [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+        [[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+         [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+    ),
+}
+WINOGRAD_TILES = tuple(sorted(_MATRICES))
+
+
+def winograd_matrices(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Bt, G, At) of F(m, 3) in float64: shapes (m+2, m+2), (m+2, 3), (m, m+2)."""
+    check(m in _MATRICES, "winograd", f"tile size must be one of {WINOGRAD_TILES}, got {m!r}")
+    return tuple(np.array(x, dtype=np.float64) for x in _MATRICES[m])
+
+
+def winograd_tiles(n: int, oh: int, ow: int, m: int) -> tuple[int, int, int]:
+    """(tiles down, tiles across, tiles in all) covering an n x oh x ow output."""
+    th, tw = -(-oh // m), -(-ow // m)
+    return th, tw, n * th * tw
+
+
+def winograd_weight(weight: np.ndarray, m: int) -> np.ndarray:
+    """U[e, k, c] = (G g[k, c] G^T)[u, v] of OIHW 3x3 weights, computed in float64."""
+    check(weight.ndim == 4 and weight.shape[2:] == (3, 3), "winograd",
+          f"weights must be (K, C, 3, 3), got {weight.shape}")
+    _, g, _ = winograd_matrices(m)
+    a = m + 2
+    u = np.einsum("ui,kcij,vj->uvkc", g, weight.astype(np.float64), g)
+    return u.reshape(a * a, weight.shape[0], weight.shape[1]).astype(weight.dtype)
+
+
+def _output_size(h: int, w: int, pads) -> tuple[int, int]:
+    pt, pl, pb, pr = pads
+    return h + pt + pb - 2, w + pl + pr - 2
+
+
+def te_winograd_input(data: te.Tensor, bt: te.Tensor, m: int, pads=(1, 1, 1, 1),
+                      name: str = "winograd_input") -> te.Tensor:
+    """data [N, C, H, W], Bt [m+2, m+2] -> V [(m+2)^2, C, P]: every input tile of the
+    zero-padded data, transformed (V[e, c, p] = sum_ij Bt[u, i] Bt[v, j] d_p[c, i, j])."""
+    op = "winograd_input"
+    n, c, h, w = data.shape
+    a = m + 2
+    check(tuple(bt.shape) == (a, a), op, f"Bt must be {(a, a)} for F({m}, 3), got {bt.shape}")
+    pt, pl = pads[0], pads[1]
+    oh, ow = _output_size(h, w, pads)
+    check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
+    th, tw, tiles = winograd_tiles(n, oh, ow, m)
+    i = te.reduce_axis(a, name="i")
+    j = te.reduce_axis(a, name="j")
+    zero = te.const(0.0, data.dtype)
+
+    def fcompute(e, ch, p):
+        img, ty, tx = p // (th * tw), p // tw % th, p % tw
+        y = ty * m + i - pt
+        x = tx * m + j - pl
+        inside = te.all(y >= 0, y < h, x >= 0, x < w)
+        value = te.if_then_else(inside, data[img, ch, y, x], zero)
+        return te.sum(bt[e // a, i] * bt[e % a, j] * value, axis=[i, j])
+
+    return te.compute((a * a, c, tiles), fcompute, name=name)
+
+
+def te_winograd_output(mm: te.Tensor, at: te.Tensor, m: int, n: int, oh: int, ow: int,
+                       name: str = "winograd_output") -> te.Tensor:
+    """M [(m+2)^2, K, P], At [m, m+2] -> Y [N, K, OH, OW]
+    (Y[n, k, y, x] = sum_ij At[y % m, i] At[x % m, j] M[i * (m+2) + j, k, p(n, y, x)])."""
+    op = "winograd_output"
+    a = m + 2
+    check(tuple(at.shape) == (m, a), op, f"At must be {(m, a)} for F({m}, 3), got {at.shape}")
+    th, tw, tiles = winograd_tiles(n, oh, ow, m)
+    e, k, p = mm.shape
+    check(e == a * a and p == tiles, op,
+          f"M must be {(a * a, k, tiles)} for {n} x {oh} x {ow} outputs, got {mm.shape}")
+    i = te.reduce_axis(a, name="i")
+    j = te.reduce_axis(a, name="j")
+
+    def fcompute(img, ch, y, x):
+        tile = (img * th + y // m) * tw + x // m
+        return te.sum(at[y % m, i] * at[x % m, j] * mm[i * a + j, ch, tile], axis=[i, j])
+
+    return te.compute((n, k, oh, ow), fcompute, name=name)
+
+
+def ref_winograd_input(data: np.ndarray, bt: np.ndarray, m: int, pads=(1, 1, 1, 1)
+                       ) -> np.ndarray:
+    n, c, h, w = data.shape
+    a = m + 2
+    oh, ow = _output_size(h, w, pads)
+    th, tw, tiles = winograd_tiles(n, oh, ow, m)
+    pt, pl = pads[0], pads[1]
+    # Zero-pad to whole tiles: th * m + 2 rows cover every tile's input rows.
+    padded = np.zeros((n, c, th * m + 2, tw * m + 2), dtype=np.float64)
+    rows, cols = min(h, th * m + 2 - pt), min(w, tw * m + 2 - pl)
+    padded[:, :, pt:pt + rows, pl:pl + cols] = data[:, :, :rows, :cols]
+    win = np.lib.stride_tricks.sliding_window_view(padded, (a, a), axis=(2, 3))
+    d = win[:, :, ::m, ::m][:, :, :th, :tw]                  # n, c, th, tw, a, a
+    bt = np.asarray(bt, dtype=np.float64)
+    v = np.einsum("ui,nctsij,vj->uvcnts", bt, d, bt)
+    return v.reshape(a * a, c, tiles).astype(data.dtype)
+
+
+def ref_winograd_output(mm: np.ndarray, at: np.ndarray, m: int, n: int, oh: int, ow: int
+                        ) -> np.ndarray:
+    a = m + 2
+    th, tw, _ = winograd_tiles(n, oh, ow, m)
+    k = mm.shape[1]
+    tiles = mm.astype(np.float64).reshape(a, a, k, n, th, tw)
+    at = np.asarray(at, dtype=np.float64)
+    y = np.einsum("ui,ijknts,vj->nktusv", at, tiles, at)    # n, k, th, m, tw, m
+    y = y.reshape(n, k, th * m, tw * m)[:, :, :oh, :ow]
+    return np.ascontiguousarray(y).astype(mm.dtype)

@@ -1,0 +1,206 @@
+"""Winograd convolutions: the library's transforms, the graph pass and built models."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune.graph import (
+    GraphBuilder, GraphError, extract_tasks, fuse_ops, optimize, winograd_conv2d,
+)
+from autotune.model_build import build_model
+from schedules.space import DesignSpace
+from tensor_ir import te
+from tensor_ir.ops import (
+    ref_conv2d_nchw, ref_winograd_input, ref_winograd_output, te_winograd_input,
+    te_winograd_output, winograd_matrices, winograd_tiles, winograd_weight,
+)
+
+from .helpers import TARGET, random_inputs
+
+SHAPES = [  # n, c, h, w, k, pads
+    (1, 8, 10, 9, 5, (1, 1, 1, 1)),
+    (2, 3, 7, 7, 4, (0, 0, 0, 0)),
+    (1, 4, 6, 11, 3, (2, 1, 0, 1)),
+]
+
+
+def _winograd_reference(x, w, m, pads):
+    bt, _, at = winograd_matrices(m)
+    v = ref_winograd_input(x, bt, m, pads).astype(np.float64)
+    mm = winograd_weight(w, m).astype(np.float64) @ v
+    n, oh, ow = x.shape[0], x.shape[2] + pads[0] + pads[2] - 2, x.shape[3] + pads[1] + pads[3] - 2
+    return ref_winograd_output(mm, at, m, n, oh, ow)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_numpy_winograd_equals_the_direct_convolution(m, shape):
+    n, c, h, w, k, pads = shape
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((k, c, 3, 3)).astype(np.float32)
+    ref = ref_conv2d_nchw(x, wt, (1, 1), pads, (1, 1), 1)
+    got = _winograd_reference(x, wt, m, pads)
+    assert got.shape == ref.shape
+    # F(4,3)'s larger transform entries cost some float32 precision (U is stored in float32).
+    np.testing.assert_allclose(got, ref, atol=1e-4 * np.abs(ref).max())
+
+
+def test_unknown_tile_size_is_a_typed_error():
+    from tensor_ir.errors import TEError
+
+    with pytest.raises(TEError, match="tile size must be one of"):
+        winograd_matrices(3)
+
+
+def _transform_funcs(n, c, h, w, k, pads, m):
+    a = m + 2
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    tiles = winograd_tiles(n, oh, ow, m)[2]
+    x = te.placeholder((n, c, h, w), "float32", name="x")
+    bt = te.placeholder((a, a), "float32", name="bt")
+    v = te_winograd_input(x, bt, m, pads)
+    mm = te.placeholder((a * a, k, tiles), "float32", name="mm")
+    at = te.placeholder((m, a), "float32", name="at")
+    y = te_winograd_output(mm, at, m, n, oh, ow)
+    return (te.create_prim_func([x, bt, v], name="wino_in"),
+            te.create_prim_func([mm, at, y], name="wino_out"), (oh, ow, tiles))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_te_transforms_match_numpy_under_random_schedules(shape):
+    """The te stages compute what the numpy references do, unscheduled and under sampled
+    programs of their design spaces (tiling, packing, vectorising the stage)."""
+    n, c, h, w, k, pads = shape
+    m, a = 4, 6
+    f_in, f_out, (oh, ow, tiles) = _transform_funcs(n, c, h, w, k, pads, m)
+    bt, _, at = (x.astype(np.float32) for x in winograd_matrices(m))
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    mm = rng.standard_normal((a * a, k, tiles)).astype(np.float32)
+    want_v = ref_winograd_input(x, bt, m, pads)
+    want_y = ref_winograd_output(mm, at, m, n, oh, ow)
+    for seed in (None, 0, 1, 2):
+        fi = f_in if seed is None else DesignSpace(f_in, TARGET).sample(seed=seed).func
+        fo = f_out if seed is None else DesignSpace(f_out, TARGET).sample(seed=seed).func
+        v = np.zeros_like(want_v)
+        autotune.build(fi, TARGET)(x, bt, v)
+        np.testing.assert_allclose(v, want_v, rtol=1e-5, atol=1e-4)
+        y = np.zeros_like(want_y)
+        autotune.build(fo, TARGET)(mm, at, y)
+        np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-3)
+
+
+def _conv_model(n=1, c=128, k=128, image=24, stride=1, groups=1, kernel=3, weight_input=False,
+                residual=True, seed=0):
+    """conv (+ bias) -> add(residual) -> relu over a random input."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("conv")
+    x = b.input("input", (n, c, image, image))
+    shape = (k, c // groups, kernel, kernel)
+    w = b.input("weight", shape) if weight_input else \
+        b.constant(rng.normal(0, 0.1, shape).astype(np.float32), "w")
+    pad = kernel // 2
+    y = b.op("conv2d", [x, w], strides=(stride, stride), pads=(pad,) * 4, dilations=(1, 1),
+             groups=groups)
+    y = b.op("add", [y, b.constant(rng.normal(0, 0.1, (k, 1, 1)).astype(np.float32), "bias")])
+    if residual and stride == 1 and k == c:
+        y = b.op("add", [y, x])
+    b.output(b.op("relu", [y]), "output")
+    return b.build()
+
+
+def test_pass_rewrites_eligible_convolutions_and_keeps_their_results():
+    model = _conv_model()
+    rewritten = winograd_conv2d(model)
+    ops = [node.op for node in rewritten.nodes]
+    assert ops[:3] == ["winograd_input", "matmul", "winograd_output"] and "conv2d" not in ops
+    assert rewritten.types["output"] == model.types["output"]
+    # The original weight is gone; the transformed one (36 x K x C) replaces it.
+    assert "w" not in rewritten.constants
+    assert any(a.shape == (36, 128, 128) for a in rewritten.constants.values())
+    assert rewritten.nodes[0].attrs["tile"] == 4
+    inputs = random_inputs(model)
+    want = model.evaluate(inputs)["output"]
+    got = rewritten.evaluate(inputs)["output"]
+    np.testing.assert_allclose(got, want, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("change", [
+    dict(stride=2), dict(groups=2), dict(kernel=1), dict(weight_input=True),
+    dict(c=64, k=64), dict(image=6), dict(c=512, k=512, image=14),
+])
+def test_pass_leaves_other_convolutions_alone(change):
+    """Strided, grouped and 1x1 convolutions, weights that are not constants, too few
+    channels (transforms would cost more than they save), too few tiles, or transformed
+    weights too big for the cache even with F(2,3) stay direct."""
+    model = _conv_model(**change)
+    assert winograd_conv2d(model) is model
+
+
+def test_large_weights_take_the_smaller_tile():
+    """256 channels: F(4,3)'s transformed weights (9 MiB) exceed the bound, F(2,3)'s (4 MiB)
+    do not."""
+    model = _conv_model(c=256, k=256, image=14)
+    rewritten = winograd_conv2d(model)
+    assert [n.attrs.get("tile") for n in rewritten.nodes[:3]] == [2, None, 2]
+    inputs = random_inputs(model)
+    want = model.evaluate(inputs)["output"]
+    np.testing.assert_allclose(rewritten.evaluate(inputs)["output"], want,
+                               atol=1e-5 * np.abs(want).max())
+
+
+def test_thresholds_are_parameters():
+    model = _conv_model(c=8, k=8, image=8)
+    assert winograd_conv2d(model) is model
+    rewritten = winograd_conv2d(model, tiles=(2,), min_channels=8, min_tiles=1)
+    assert [n.op for n in rewritten.nodes][0] == "winograd_input"
+    inputs = random_inputs(model)
+    want = model.evaluate(inputs)["output"]
+    np.testing.assert_allclose(rewritten.evaluate(inputs)["output"], want,
+                               atol=1e-5 * np.abs(want).max())
+
+
+def test_output_transform_takes_the_convolutions_epilogue():
+    groups = fuse_ops(optimize(_conv_model()))
+    names = [g.name for g in groups]
+    assert names == ["fused_winograd_input", "fused_matmul",
+                     "fused_winograd_output_add_add_relu"]
+    # optimize(winograd=False) keeps the direct convolution.
+    assert [g.name for g in fuse_ops(optimize(_conv_model(), winograd=False))] == \
+        ["fused_conv2d_add_add_relu"]
+
+
+def test_tasks_mark_the_transformed_weights_and_matrices_as_constants():
+    tasks = {t.name: t for t in extract_tasks(_conv_model())}
+    assert tasks["fused_winograd_input"].weight_params == frozenset({1})     # Bt
+    assert tasks["fused_matmul"].weight_params == frozenset({0})             # U
+    assert 1 in tasks["fused_winograd_output_add_add_relu"].weight_params    # At
+
+
+def test_shape_errors_name_the_operator():
+    b = GraphBuilder("bad")
+    x = b.input("x", (1, 4, 8, 8))
+    bt = b.constant(np.zeros((4, 4), np.float32), "bt")
+    with pytest.raises(GraphError, match=r"winograd_input: Bt must be float32 \(6, 6\)"):
+        b.op("winograd_input", [x, bt], tile=4, pads=(1, 1, 1, 1))
+    mm = b.input("mm", (36, 4, 5))
+    at = b.constant(np.zeros((4, 6), np.float32), "at")
+    with pytest.raises(GraphError, match=r"winograd_output: M must be \(36, K, 4\)"):
+        b.op("winograd_output", [mm, at], tile=4, batch=1, height=8, width=8)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_built_model_matches_the_direct_convolution(n):
+    """Built with random schedules for every kernel (and the weights' packing done at
+    build), the Winograd model gives the direct convolution's results."""
+    from .helpers import sampled_lookup
+
+    model = _conv_model(n=n, image=26)    # 26 = 6 tiles of 4 and a partial one
+    inputs = random_inputs(model)
+    want = optimize(model, winograd=False).evaluate(inputs)["output"]
+    for lookup in (None, sampled_lookup(seed=5)):
+        lib = build_model(model, TARGET, lookup=lookup, warn=False)
+        got = lib.run(inputs)["output"]
+        np.testing.assert_allclose(got, want, atol=1e-4 * np.abs(want).max())
