@@ -360,8 +360,8 @@ _register("conv2d_transpose", COMPUTE, (2, 2), _conv_transpose_infer,
               arrays[0], arrays[1], attrs["strides"], attrs["pads"], attrs["output_padding"]))
 
 
-def _winograd_input_infer(types, attrs):
-    op = "winograd_input"
+def _winograd_rows_infer(types, attrs):
+    op = "winograd_input_rows"
     data, bt = types
     m = attrs["tile"]
     a = m + 2
@@ -372,7 +372,21 @@ def _winograd_input_infer(types, attrs):
     pt, pl, pb, pr = attrs["pads"]
     oh, ow = h + pt + pb - 2, w + pl + pr - 2
     _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
-    return TensorType((a * a, c, ops.winograd_tiles(n, oh, ow, m)[2]), data.dtype)
+    th, tw, _ = ops.winograd_tiles(n, oh, ow, m)
+    return TensorType((a, n, c, th, tw * m + 2), data.dtype)
+
+
+def _winograd_cols_infer(types, attrs):
+    op = "winograd_input_cols"
+    rows, bt = types
+    m = attrs["tile"]
+    a = m + 2
+    _check(len(rows.shape) == 5 and rows.shape[0] == a and (rows.shape[4] - 2) % m == 0, op,
+           f"T must be ({a}, N, C, th, tw * {m} + 2), got {rows.shape}")
+    _check(bt.shape == (a, a) and bt.dtype == rows.dtype, op,
+           f"Bt must be {rows.dtype} {(a, a)} for F({m}, 3), got {bt.dtype} {bt.shape}")
+    _, n, c, th, width = rows.shape
+    return TensorType((a * a, c, n * th * ((width - 2) // m)), rows.dtype)
 
 
 def _winograd_output_infer(types, attrs):
@@ -389,15 +403,21 @@ def _winograd_output_infer(types, attrs):
     return TensorType((n, mm.shape[1], oh, ow), mm.dtype)
 
 
-# The two halves of a Winograd convolution (see tensor_ir.ops.winograd); the pass
-# ``winograd_conv2d`` puts them around a batched matmul with the transformed weights.  Each
-# is a small reduction over a tile's positions: its elementwise consumers (bias, residual
-# add, relu) fuse into the output transform as they would into the convolution.
-_register("winograd_input", REDUCTION, (2, 2), _winograd_input_infer,
-          lambda args, attrs, name: ops.te_winograd_input(args[0], args[1], attrs["tile"],
-                                                          attrs["pads"], name=name),
-          lambda arrays, attrs: ops.ref_winograd_input(arrays[0], arrays[1], attrs["tile"],
-                                                       attrs["pads"]))
+# The transforms of a Winograd convolution (see tensor_ir.ops.winograd): the input transform
+# in two halves (rows, then columns of each tile), and the output transform; the pass
+# ``winograd_conv2d`` puts a batched matmul with the transformed weights between them.  Each
+# is a small reduction over a tile's positions: the convolution's elementwise consumers
+# (bias, residual add, relu) fuse into the output transform as they would into it.
+_register("winograd_input_rows", REDUCTION, (2, 2), _winograd_rows_infer,
+          lambda args, attrs, name: ops.te_winograd_input_rows(
+              args[0], args[1], attrs["tile"], attrs["pads"], name=name),
+          lambda arrays, attrs: ops.ref_winograd_input_rows(
+              arrays[0], arrays[1], attrs["tile"], attrs["pads"]))
+_register("winograd_input_cols", REDUCTION, (2, 2), _winograd_cols_infer,
+          lambda args, attrs, name: ops.te_winograd_input_cols(args[0], args[1], attrs["tile"],
+                                                               name=name),
+          lambda arrays, attrs: ops.ref_winograd_input_cols(arrays[0], arrays[1],
+                                                            attrs["tile"]))
 _register("winograd_output", REDUCTION, (2, 2), _winograd_output_infer,
           lambda args, attrs, name: ops.te_winograd_output(
               args[0], args[1], attrs["tile"], attrs["batch"], attrs["height"],

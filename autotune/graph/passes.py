@@ -190,15 +190,19 @@ def fold_batch_norm(model: Model) -> Model:
 
 # F(m x m, 3x3) replaces the 9 multiply-adds per output pixel and input channel of the
 # direct convolution by (m+2)^2 / m^2: 2.25 for m = 4, 4 for m = 2.  The transforms cost
-# (m+2)^2 multiply-adds per element of V and of Y (dense: the matrices are parameters), so
-# they pay off only against enough channels; the transformed weights are (m+2)^2 / 9 times
-# the direct ones (4x for m = 4), and where they no longer stay in cache the matmul waits on
-# memory.  ResNet-18 on Zen 5 (2 threads, 2000 trials for the model, built kernels timed in
-# the model): with m = 4 everywhere from 64 channels, 64 channels at 56x56 took 0.51 ms per
-# convolution against 0.50 direct (the input transform alone 0.18 ms), 128 at 28x28 0.33
-# against 0.49, and 256 at 14x14 0.42 against 0.49, its 9.4 MB of transformed weights
-# streaming from memory at about 30 GB/s.  Hence: at least 128 channels, the largest tile
-# whose transformed weights stay within 4 MiB, and enough tiles for the matmul.
+# 2 (m+2) multiply-adds per element of V (two halves) and (m+2)^2 per element of Y (the
+# matrices are parameters, so no zero is skipped): they pay off only against enough
+# channels.  The transformed weights are (m+2)^2 / 9 times the direct ones (4x for m = 4);
+# where they no longer stay in cache the matmul waits on memory.  ResNet-18 on Zen 5
+# (2 threads, 2000 trials for the model, kernels timed in the built model), per
+# convolution, direct -> Winograd:
+#   64 channels at 56x56, m = 4:  0.52 -> 0.52 ms (alone 0.40: its 1.3-1.8 MB intermediates
+#                                 do not stay in the 1 MB L2 between kernels)
+#   128 at 28x28, m = 4:          0.50 -> 0.32 ms
+#   256 at 14x14, m = 4:          0.50 -> 0.42 ms (9.4 MB of weights streamed at ~30 GB/s)
+#   256 at 14x14, m = 2:          0.50 -> 0.39 ms (4 MiB of weights)
+# Hence: at least 128 channels, the largest tile whose transformed weights take at most
+# 4 MiB, and enough tiles for the matmul.
 WINOGRAD_TILE_CHOICES = (4, 2)
 WINOGRAD_MIN_CHANNELS = 128
 WINOGRAD_MIN_TILES = 16
@@ -236,8 +240,9 @@ def winograd_conv2d(model: Model, tiles: tuple[int, ...] = WINOGRAD_TILE_CHOICES
     m of ``tiles`` whose transformed weights take at most ``max_weight_bytes`` and which
     gives at least ``min_tiles`` output tiles (none: the convolution stays direct).
 
-    The rewrite is ``winograd_input`` (the input transform), a batched ``matmul`` of the
-    transformed weights (a new constant, computed here in float64) with its result, and
+    The rewrite is the input transform (``winograd_input_rows``, then
+    ``winograd_input_cols``), a batched ``matmul`` of the transformed weights (a new
+    constant, computed here in float64) with its result, and
     ``winograd_output``, which produces the convolution's output value, so that its bias,
     residual add and activation fuse into the output transform."""
     constants = dict(model.constants)
@@ -263,11 +268,14 @@ def winograd_conv2d(model: Model, tiles: tuple[int, ...] = WINOGRAD_TILE_CHOICES
         x, w = node.inputs
         u = fresh(f"{w}_winograd{m}")
         constants[u] = contiguous(winograd_weight(constants[w], m))
-        v, mm = fresh(f"{node.output}_wino_v"), fresh(f"{node.output}_wino_m")
+        t, v = fresh(f"{node.output}_wino_t"), fresh(f"{node.output}_wino_v")
+        mm = fresh(f"{node.output}_wino_m")
         n, _, oh, ow = model.types[node.output].shape
         nodes += [
-            Node("winograd_input", (x, matrix("bt", m, bt)), v,
-                 {"tile": m, "pads": tuple(node.attrs["pads"])}, f"{node.name}_wino_in"),
+            Node("winograd_input_rows", (x, matrix("bt", m, bt)), t,
+                 {"tile": m, "pads": tuple(node.attrs["pads"])}, f"{node.name}_wino_rows"),
+            Node("winograd_input_cols", (t, matrix("bt", m, bt)), v, {"tile": m},
+                 f"{node.name}_wino_cols"),
             Node("matmul", (u, v), mm, {}, f"{node.name}_wino_mm"),
             Node("winograd_output", (mm, matrix("at", m, at)), node.output,
                  {"tile": m, "batch": n, "height": oh, "width": ow},

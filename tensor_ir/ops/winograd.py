@@ -17,7 +17,10 @@ about 1e-5 of their magnitude.
 Layouts (e = u * (m+2) + v indexes the positions of a transformed tile, p the tile:
 p = (n * th + ty) * tw + tx for th x tw tiles per image):
 
-    V[e, c, p]   ``te_winograd_input``  (input transform; the padding is applied here)
+    T[u, n, c, ty, x]  ``te_winograd_input_rows`` (the input transform along tile rows,
+                 padding applied here)
+    V[e, c, p]   ``te_winograd_input_cols`` (and along tile columns; ``te_winograd_input``
+                 composes the two)
     U[e, k, c]   ``winograd_weight``    (numpy, at graph-build time)
     M[e, k, p]   a batched matmul U @ V (any matmul operator)
     Y[n, k, y, x] ``te_winograd_output`` (output transform; the last partial tile is cut)
@@ -37,7 +40,9 @@ from .utils import check
 
 __all__ = [
     "WINOGRAD_TILES", "winograd_matrices", "winograd_tiles", "winograd_weight",
-    "te_winograd_input", "ref_winograd_input", "te_winograd_output", "ref_winograd_output",
+    "te_winograd_input_rows", "ref_winograd_input_rows", "te_winograd_input_cols",
+    "ref_winograd_input_cols", "te_winograd_input", "ref_winograd_input", "te_winograd_output",
+    "ref_winograd_output",
 ]
 
 # F(m, 3) for these output tile sizes m: the interpolation points 0, +-1 (m = 2) and
@@ -86,31 +91,67 @@ def _output_size(h: int, w: int, pads) -> tuple[int, int]:
     return h + pt + pb - 2, w + pl + pr - 2
 
 
-def te_winograd_input(data: te.Tensor, bt: te.Tensor, m: int, pads=(1, 1, 1, 1),
-                      name: str = "winograd_input") -> te.Tensor:
-    """data [N, C, H, W], Bt [m+2, m+2] -> V [(m+2)^2, C, P]: every input tile of the
-    zero-padded data, transformed (V[e, c, p] = sum_ij Bt[u, i] Bt[v, j] d_p[c, i, j])."""
-    op = "winograd_input"
+def _input_tiles(data_shape, m: int, pads) -> tuple[int, int, int, int, int]:
+    """(output height, output width, tiles down, tiles across, tiles in all)."""
+    n, _, h, w = data_shape
+    oh, ow = _output_size(h, w, pads)
+    check(oh > 0 and ow > 0, "winograd_input", f"output size {(oh, ow)} is not positive")
+    return (oh, ow) + winograd_tiles(n, oh, ow, m)
+
+
+def te_winograd_input_rows(data: te.Tensor, bt: te.Tensor, m: int, pads=(1, 1, 1, 1),
+                           name: str = "winograd_input_rows") -> te.Tensor:
+    """The input transform's first half, along the rows of every tile:
+    data [N, C, H, W], Bt [m+2, m+2] -> T [m+2, N, C, th, tw * m + 2] with
+    T[u, n, c, ty, x] = sum_i Bt[u, i] * padded[n, c, ty * m + i, x].
+
+    Done once per row of tiles over the whole padded width, it serves every tile of the row
+    (tiles overlap by two columns), and it reads the data along its rows."""
     n, c, h, w = data.shape
     a = m + 2
-    check(tuple(bt.shape) == (a, a), op, f"Bt must be {(a, a)} for F({m}, 3), got {bt.shape}")
+    check(tuple(bt.shape) == (a, a), "winograd_input",
+          f"Bt must be {(a, a)} for F({m}, 3), got {bt.shape}")
+    _, _, th, tw, _ = _input_tiles(data.shape, m, pads)
     pt, pl = pads[0], pads[1]
-    oh, ow = _output_size(h, w, pads)
-    check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
-    th, tw, tiles = winograd_tiles(n, oh, ow, m)
     i = te.reduce_axis(a, name="i")
-    j = te.reduce_axis(a, name="j")
     zero = te.const(0.0, data.dtype)
+
+    def fcompute(u, img, ch, ty, col):
+        y, x = ty * m + i - pt, col - pl
+        inside = te.all(y >= 0, y < h, x >= 0, x < w)
+        return te.sum(bt[u, i] * te.if_then_else(inside, data[img, ch, y, x], zero), axis=i)
+
+    return te.compute((a, n, c, th, tw * m + 2), fcompute, name=name)
+
+
+def te_winograd_input_cols(rows: te.Tensor, bt: te.Tensor, m: int,
+                           name: str = "winograd_input") -> te.Tensor:
+    """The input transform's second half, along the columns of every tile:
+    T [m+2, N, C, th, tw * m + 2] -> V [(m+2)^2, C, P] with
+    V[u * (m+2) + v, c, p] = sum_j Bt[v, j] * T[u, n, c, ty, tx * m + j]."""
+    a, n, c, th, width = rows.shape
+    check(a == m + 2 and (width - 2) % m == 0, "winograd_input",
+          f"T {rows.shape} is not a row transform of F({m}, 3)")
+    tw = (width - 2) // m
+    j = te.reduce_axis(a, name="j")
 
     def fcompute(e, ch, p):
         img, ty, tx = p // (th * tw), p // tw % th, p % tw
-        y = ty * m + i - pt
-        x = tx * m + j - pl
-        inside = te.all(y >= 0, y < h, x >= 0, x < w)
-        value = te.if_then_else(inside, data[img, ch, y, x], zero)
-        return te.sum(bt[e // a, i] * bt[e % a, j] * value, axis=[i, j])
+        return te.sum(bt[e % a, j] * rows[e // a, img, ch, ty, tx * m + j], axis=j)
 
-    return te.compute((a * a, c, tiles), fcompute, name=name)
+    return te.compute((a * a, c, n * th * tw), fcompute, name=name)
+
+
+def te_winograd_input(data: te.Tensor, bt: te.Tensor, m: int, pads=(1, 1, 1, 1),
+                      name: str = "winograd_input") -> te.Tensor:
+    """data [N, C, H, W], Bt [m+2, m+2] -> V [(m+2)^2, C, P]: every input tile of the
+    zero-padded data, transformed (V[e, c, p] = sum_ij Bt[u, i] Bt[v, j] d_p[c, i, j]), as
+    the row and column halves in turn (2 (m+2) multiply-adds per element of V instead of
+    (m+2)^2).  A model runs the halves as two kernels (graph operators
+    ``winograd_input_rows`` and ``winograd_input_cols``): each alone is a plain contraction
+    the tiling rules schedule well; composed, the search seldom found as good a program."""
+    rows = te_winograd_input_rows(data, bt, m, pads, name=f"{name}_rows")
+    return te_winograd_input_cols(rows, bt, m, name=name)
 
 
 def te_winograd_output(mm: te.Tensor, at: te.Tensor, m: int, n: int, oh: int, ow: int,
@@ -134,22 +175,33 @@ def te_winograd_output(mm: te.Tensor, at: te.Tensor, m: int, n: int, oh: int, ow
     return te.compute((n, k, oh, ow), fcompute, name=name)
 
 
-def ref_winograd_input(data: np.ndarray, bt: np.ndarray, m: int, pads=(1, 1, 1, 1)
-                       ) -> np.ndarray:
+def ref_winograd_input_rows(data: np.ndarray, bt: np.ndarray, m: int, pads=(1, 1, 1, 1)
+                            ) -> np.ndarray:
     n, c, h, w = data.shape
-    a = m + 2
-    oh, ow = _output_size(h, w, pads)
-    th, tw, tiles = winograd_tiles(n, oh, ow, m)
+    _, _, th, tw, _ = _input_tiles(data.shape, m, pads)
     pt, pl = pads[0], pads[1]
     # Zero-pad to whole tiles: th * m + 2 rows cover every tile's input rows.
     padded = np.zeros((n, c, th * m + 2, tw * m + 2), dtype=np.float64)
     rows, cols = min(h, th * m + 2 - pt), min(w, tw * m + 2 - pl)
     padded[:, :, pt:pt + rows, pl:pl + cols] = data[:, :, :rows, :cols]
-    win = np.lib.stride_tricks.sliding_window_view(padded, (a, a), axis=(2, 3))
-    d = win[:, :, ::m, ::m][:, :, :th, :tw]                  # n, c, th, tw, a, a
-    bt = np.asarray(bt, dtype=np.float64)
-    v = np.einsum("ui,nctsij,vj->uvcnts", bt, d, bt)
-    return v.reshape(a * a, c, tiles).astype(data.dtype)
+    win = np.lib.stride_tricks.sliding_window_view(padded, m + 2, axis=2)[:, :, ::m][:, :, :th]
+    t = np.einsum("ui,nctxi->unctx", np.asarray(bt, dtype=np.float64), win)
+    return t.astype(data.dtype)
+
+
+def ref_winograd_input_cols(rows: np.ndarray, bt: np.ndarray, m: int) -> np.ndarray:
+    a, n, c, th, width = rows.shape
+    tw = (width - 2) // m
+    win = np.lib.stride_tricks.sliding_window_view(rows.astype(np.float64), a, axis=4)
+    win = win[..., ::m, :][..., :tw, :]                     # u, n, c, th, tw, j
+    v = np.einsum("vj,unctsj->uvcnts", np.asarray(bt, dtype=np.float64), win)
+    return v.reshape(a * a, c, n * th * tw).astype(rows.dtype)
+
+
+def ref_winograd_input(data: np.ndarray, bt: np.ndarray, m: int, pads=(1, 1, 1, 1)
+                       ) -> np.ndarray:
+    rows = ref_winograd_input_rows(data.astype(np.float64), bt, m, pads)
+    return ref_winograd_input_cols(rows, bt, m).astype(data.dtype)
 
 
 def ref_winograd_output(mm: np.ndarray, at: np.ndarray, m: int, n: int, oh: int, ow: int

@@ -12,8 +12,9 @@ from autotune.model_build import build_model
 from schedules.space import DesignSpace
 from tensor_ir import te
 from tensor_ir.ops import (
-    ref_conv2d_nchw, ref_winograd_input, ref_winograd_output, te_winograd_input,
-    te_winograd_output, winograd_matrices, winograd_tiles, winograd_weight,
+    ref_conv2d_nchw, ref_winograd_input, ref_winograd_input_rows, ref_winograd_output,
+    te_winograd_input, te_winograd_input_cols, te_winograd_input_rows, te_winograd_output,
+    winograd_matrices, winograd_tiles, winograd_weight,
 )
 
 from .helpers import TARGET, random_inputs
@@ -69,6 +70,32 @@ def _transform_funcs(n, c, h, w, k, pads, m):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
+def test_te_input_halves_match_numpy_under_random_schedules(shape):
+    """The row and column halves as the two kernels a model runs."""
+    n, c, h, w, _, pads = shape
+    m = 4
+    x = te.placeholder((n, c, h, w), "float32", name="x")
+    bt = te.placeholder((6, 6), "float32", name="bt")
+    rows = te_winograd_input_rows(x, bt, m, pads)
+    f_rows = te.create_prim_func([x, bt, rows], name="rows")
+    t = te.placeholder(rows.shape, "float32", name="t")
+    f_cols = te.create_prim_func([t, bt, te_winograd_input_cols(t, bt, m)], name="cols")
+    bt_np = winograd_matrices(m)[0].astype(np.float32)
+    data = np.random.default_rng(2).standard_normal((n, c, h, w)).astype(np.float32)
+    want_t = ref_winograd_input_rows(data, bt_np, m, pads)
+    want_v = ref_winograd_input(data, bt_np, m, pads)
+    for seed in (None, 0, 1, 2):
+        fr = f_rows if seed is None else DesignSpace(f_rows, TARGET).sample(seed=seed).func
+        fc = f_cols if seed is None else DesignSpace(f_cols, TARGET).sample(seed=seed).func
+        got_t = np.zeros_like(want_t)
+        autotune.build(fr, TARGET)(data, bt_np, got_t)
+        np.testing.assert_allclose(got_t, want_t, rtol=1e-5, atol=1e-4)
+        got_v = np.zeros_like(want_v)
+        autotune.build(fc, TARGET)(want_t, bt_np, got_v)
+        np.testing.assert_allclose(got_v, want_v, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 def test_te_transforms_match_numpy_under_random_schedules(shape):
     """The te stages compute what the numpy references do, unscheduled and under sampled
     programs of their design spaces (tiling, packing, vectorising the stage)."""
@@ -115,7 +142,8 @@ def test_pass_rewrites_eligible_convolutions_and_keeps_their_results():
     model = _conv_model()
     rewritten = winograd_conv2d(model)
     ops = [node.op for node in rewritten.nodes]
-    assert ops[:3] == ["winograd_input", "matmul", "winograd_output"] and "conv2d" not in ops
+    assert ops[:4] == ["winograd_input_rows", "winograd_input_cols", "matmul",
+                       "winograd_output"] and "conv2d" not in ops
     assert rewritten.types["output"] == model.types["output"]
     # The original weight is gone; the transformed one (36 x K x C) replaces it.
     assert "w" not in rewritten.constants
@@ -144,7 +172,7 @@ def test_large_weights_take_the_smaller_tile():
     do not."""
     model = _conv_model(c=256, k=256, image=14)
     rewritten = winograd_conv2d(model)
-    assert [n.attrs.get("tile") for n in rewritten.nodes[:3]] == [2, None, 2]
+    assert [n.attrs.get("tile") for n in rewritten.nodes[:4]] == [2, 2, None, 2]
     inputs = random_inputs(model)
     want = model.evaluate(inputs)["output"]
     np.testing.assert_allclose(rewritten.evaluate(inputs)["output"], want,
@@ -155,7 +183,7 @@ def test_thresholds_are_parameters():
     model = _conv_model(c=8, k=8, image=8)
     assert winograd_conv2d(model) is model
     rewritten = winograd_conv2d(model, tiles=(2,), min_channels=8, min_tiles=1)
-    assert [n.op for n in rewritten.nodes][0] == "winograd_input"
+    assert [n.op for n in rewritten.nodes][0] == "winograd_input_rows"
     inputs = random_inputs(model)
     want = model.evaluate(inputs)["output"]
     np.testing.assert_allclose(rewritten.evaluate(inputs)["output"], want,
@@ -165,7 +193,7 @@ def test_thresholds_are_parameters():
 def test_output_transform_takes_the_convolutions_epilogue():
     groups = fuse_ops(optimize(_conv_model()))
     names = [g.name for g in groups]
-    assert names == ["fused_winograd_input", "fused_matmul",
+    assert names == ["fused_winograd_input_rows", "fused_winograd_input_cols", "fused_matmul",
                      "fused_winograd_output_add_add_relu"]
     # optimize(winograd=False) keeps the direct convolution.
     assert [g.name for g in fuse_ops(optimize(_conv_model(), winograd=False))] == \
@@ -174,7 +202,8 @@ def test_output_transform_takes_the_convolutions_epilogue():
 
 def test_tasks_mark_the_transformed_weights_and_matrices_as_constants():
     tasks = {t.name: t for t in extract_tasks(_conv_model())}
-    assert tasks["fused_winograd_input"].weight_params == frozenset({1})     # Bt
+    assert tasks["fused_winograd_input_rows"].weight_params == frozenset({1})  # Bt
+    assert tasks["fused_winograd_input_cols"].weight_params == frozenset({1})
     assert tasks["fused_matmul"].weight_params == frozenset({0})             # U
     assert 1 in tasks["fused_winograd_output_add_add_relu"].weight_params    # At
 
@@ -183,8 +212,12 @@ def test_shape_errors_name_the_operator():
     b = GraphBuilder("bad")
     x = b.input("x", (1, 4, 8, 8))
     bt = b.constant(np.zeros((4, 4), np.float32), "bt")
-    with pytest.raises(GraphError, match=r"winograd_input: Bt must be float32 \(6, 6\)"):
-        b.op("winograd_input", [x, bt], tile=4, pads=(1, 1, 1, 1))
+    with pytest.raises(GraphError, match=r"winograd_input_rows: Bt must be float32 \(6, 6\)"):
+        b.op("winograd_input_rows", [x, bt], tile=4, pads=(1, 1, 1, 1))
+    t = b.input("t", (6, 1, 4, 2, 9))
+    with pytest.raises(GraphError, match=r"winograd_input_cols: T must be \(6, N, C, th"):
+        b.op("winograd_input_cols", [t, b.constant(np.zeros((6, 6), np.float32), "bt6")],
+             tile=4)
     mm = b.input("mm", (36, 4, 5))
     at = b.constant(np.zeros((4, 6), np.float32), "at")
     with pytest.raises(GraphError, match=r"winograd_output: M must be \(36, K, 4\)"):
