@@ -69,6 +69,16 @@ def _transform_funcs(n, c, h, w, k, pads, m):
             te.create_prim_func([mm, at, y], name="wino_out"), (oh, ow, tiles))
 
 
+def _check_under_schedules(func, args, want, atol):
+    """``func`` gives ``want`` unscheduled and under three sampled programs of its design
+    space (tiling, packing, vectorising the stages)."""
+    for seed in (None, 0, 1, 2):
+        scheduled = func if seed is None else DesignSpace(func, TARGET).sample(seed=seed).func
+        got = np.zeros_like(want)
+        autotune.build(scheduled, TARGET)(*args, got)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=atol)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_te_input_halves_match_numpy_under_random_schedules(shape):
     """The row and column halves as the two kernels a model runs."""
@@ -84,21 +94,14 @@ def test_te_input_halves_match_numpy_under_random_schedules(shape):
     data = np.random.default_rng(2).standard_normal((n, c, h, w)).astype(np.float32)
     want_t = ref_winograd_input_rows(data, bt_np, m, pads)
     want_v = ref_winograd_input(data, bt_np, m, pads)
-    for seed in (None, 0, 1, 2):
-        fr = f_rows if seed is None else DesignSpace(f_rows, TARGET).sample(seed=seed).func
-        fc = f_cols if seed is None else DesignSpace(f_cols, TARGET).sample(seed=seed).func
-        got_t = np.zeros_like(want_t)
-        autotune.build(fr, TARGET)(data, bt_np, got_t)
-        np.testing.assert_allclose(got_t, want_t, rtol=1e-5, atol=1e-4)
-        got_v = np.zeros_like(want_v)
-        autotune.build(fc, TARGET)(want_t, bt_np, got_v)
-        np.testing.assert_allclose(got_v, want_v, rtol=1e-5, atol=1e-4)
+    _check_under_schedules(f_rows, (data, bt_np), want_t, atol=1e-4)
+    _check_under_schedules(f_cols, (want_t, bt_np), want_v, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_te_transforms_match_numpy_under_random_schedules(shape):
-    """The te stages compute what the numpy references do, unscheduled and under sampled
-    programs of their design spaces (tiling, packing, vectorising the stage)."""
+    """The composed input transform and the output transform compute what the numpy
+    references do."""
     n, c, h, w, k, pads = shape
     m, a = 4, 6
     f_in, f_out, (oh, ow, tiles) = _transform_funcs(n, c, h, w, k, pads, m)
@@ -108,15 +111,8 @@ def test_te_transforms_match_numpy_under_random_schedules(shape):
     mm = rng.standard_normal((a * a, k, tiles)).astype(np.float32)
     want_v = ref_winograd_input(x, bt, m, pads)
     want_y = ref_winograd_output(mm, at, m, n, oh, ow)
-    for seed in (None, 0, 1, 2):
-        fi = f_in if seed is None else DesignSpace(f_in, TARGET).sample(seed=seed).func
-        fo = f_out if seed is None else DesignSpace(f_out, TARGET).sample(seed=seed).func
-        v = np.zeros_like(want_v)
-        autotune.build(fi, TARGET)(x, bt, v)
-        np.testing.assert_allclose(v, want_v, rtol=1e-5, atol=1e-4)
-        y = np.zeros_like(want_y)
-        autotune.build(fo, TARGET)(mm, at, y)
-        np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-3)
+    _check_under_schedules(f_in, (x, bt), want_v, atol=1e-4)
+    _check_under_schedules(f_out, (mm, at), want_y, atol=1e-3)
 
 
 def _conv_model(n=1, c=128, k=128, image=24, stride=1, groups=1, kernel=3, weight_input=False,
