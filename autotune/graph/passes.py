@@ -38,6 +38,16 @@ __all__ = [
 MAX_FOLDED_ELEMENTS = 1 << 22
 
 
+# Shared by the passes that add constants (batch-norm folding, Winograd).
+def _fresh_name(base: str, *taken) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first not in any of ``taken``."""
+    name, k = base, 0
+    while any(name in names for names in taken):
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
 # ---------------------------------------------------------------------------------------------
 # constant folding / dead code
 # ---------------------------------------------------------------------------------------------
@@ -80,15 +90,6 @@ def eliminate_dead_code(model: Model) -> Model:
 # ---------------------------------------------------------------------------------------------
 # batch-norm folding
 # ---------------------------------------------------------------------------------------------
-
-def _fresh_name(base: str, *taken) -> str:
-    """``base``, or ``base_1``, ``base_2``, ... : the first not in any of ``taken``."""
-    name, k = base, 0
-    while any(name in names for names in taken):
-        k += 1
-        name = f"{base}_{k}"
-    return name
-
 
 def _channel_vector(model: Model, value: str, channels: int) -> np.ndarray | None:
     """The per-channel values of a constant broadcast along axis 1 of an NCHW tensor
