@@ -389,25 +389,39 @@ def _winograd_cols_infer(types, attrs):
     return TensorType((a * a, c, n * th * ((width - 2) // m)), rows.dtype)
 
 
-def _winograd_output_infer(types, attrs):
-    op = "winograd_output"
+def _winograd_output_rows_infer(types, attrs):
+    op = "winograd_output_rows"
     mm, at = types
+    m = attrs["tile"]
+    a = m + 2
+    _check(len(mm.shape) == 3 and mm.shape[0] == a * a, op,
+           f"M must be ({a * a}, K, P) for F({m}, 3), got {mm.shape}")
+    _check(at.shape == (m, a) and at.dtype == mm.dtype, op,
+           f"At must be {mm.dtype} {(m, a)} for F({m}, 3), got {at.dtype} {at.shape}")
+    return TensorType((m, a) + mm.shape[1:], mm.dtype)
+
+
+def _winograd_output_cols_infer(types, attrs):
+    op = "winograd_output_cols"
+    rows, at = types
     m = attrs["tile"]
     a = m + 2
     n, oh, ow = attrs["batch"], attrs["height"], attrs["width"]
     tiles = ops.winograd_tiles(n, oh, ow, m)[2]
-    _check(len(mm.shape) == 3 and mm.shape[0] == a * a and mm.shape[2] == tiles, op,
-           f"M must be ({a * a}, K, {tiles}) for {n} x {oh} x {ow} outputs, got {mm.shape}")
-    _check(at.shape == (m, a) and at.dtype == mm.dtype, op,
-           f"At must be {mm.dtype} {(m, a)} for F({m}, 3), got {at.dtype} {at.shape}")
-    return TensorType((n, mm.shape[1], oh, ow), mm.dtype)
+    _check(len(rows.shape) == 4 and rows.shape[:2] == (m, a) and rows.shape[3] == tiles, op,
+           f"S must be ({m}, {a}, K, {tiles}) for {n} x {oh} x {ow} outputs, "
+           f"got {rows.shape}")
+    _check(at.shape == (m, a) and at.dtype == rows.dtype, op,
+           f"At must be {rows.dtype} {(m, a)} for F({m}, 3), got {at.dtype} {at.shape}")
+    return TensorType((n, rows.shape[2], oh, ow), rows.dtype)
 
 
-# The transforms of a Winograd convolution (see tensor_ir.ops.winograd): the input transform
-# in two halves (rows, then columns of each tile), and the output transform; the pass
+# The transforms of a Winograd convolution (see tensor_ir.ops.winograd): the input and the
+# output transform, each in two halves (rows, then columns of each tile); the pass
 # ``winograd_conv2d`` puts a batched matmul with the transformed weights between them.  Each
 # is a small reduction over a tile's positions: the convolution's elementwise consumers
-# (bias, residual add, relu) fuse into the output transform as they would into it.
+# (bias, residual add, relu) fuse into the output transform's second half, which produces
+# the convolution's value.
 _register("winograd_input_rows", REDUCTION, (2, 2), _winograd_rows_infer,
           lambda args, attrs, name: ops.te_winograd_input_rows(
               args[0], args[1], attrs["tile"], attrs["pads"], name=name),
@@ -418,11 +432,16 @@ _register("winograd_input_cols", REDUCTION, (2, 2), _winograd_cols_infer,
                                                                name=name),
           lambda arrays, attrs: ops.ref_winograd_input_cols(arrays[0], arrays[1],
                                                             attrs["tile"]))
-_register("winograd_output", REDUCTION, (2, 2), _winograd_output_infer,
-          lambda args, attrs, name: ops.te_winograd_output(
+_register("winograd_output_rows", REDUCTION, (2, 2), _winograd_output_rows_infer,
+          lambda args, attrs, name: ops.te_winograd_output_rows(args[0], args[1],
+                                                                attrs["tile"], name=name),
+          lambda arrays, attrs: ops.ref_winograd_output_rows(arrays[0], arrays[1],
+                                                             attrs["tile"]))
+_register("winograd_output_cols", REDUCTION, (2, 2), _winograd_output_cols_infer,
+          lambda args, attrs, name: ops.te_winograd_output_cols(
               args[0], args[1], attrs["tile"], attrs["batch"], attrs["height"],
               attrs["width"], name=name),
-          lambda arrays, attrs: ops.ref_winograd_output(
+          lambda arrays, attrs: ops.ref_winograd_output_cols(
               arrays[0], arrays[1], attrs["tile"], attrs["batch"], attrs["height"],
               attrs["width"]))
 

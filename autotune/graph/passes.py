@@ -190,10 +190,10 @@ def fold_batch_norm(model: Model) -> Model:
 # ---------------------------------------------------------------------------------------------
 
 # F(m x m, 3x3) replaces the 9 multiply-adds per output pixel and input channel of the
-# direct convolution by (m+2)^2 / m^2: 2.25 for m = 4, 4 for m = 2.  The transforms cost
-# 2 (m+2) multiply-adds per element of V (two halves) and (m+2)^2 per element of Y (the
-# matrices are parameters, so no zero is skipped): they pay off only against enough
-# channels.  The transformed weights are (m+2)^2 / 9 times the direct ones (4x for m = 4);
+# direct convolution by (m+2)^2 / m^2: 2.25 for m = 4, 4 for m = 2.  The transforms, each
+# in two halves, cost 2 (m+2) multiply-adds per element of V and (m+2) (1 + (m+2) / m) per
+# element of Y (15 for m = 4; the matrices are parameters, so no zero is skipped): they pay
+# off only against enough channels.  The transformed weights are (m+2)^2 / 9 times the direct ones (4x for m = 4);
 # where they no longer stay in cache the matmul waits on memory.  ResNet-18 on Zen 5
 # (2 threads, 2000 trials for the model, kernels timed in the built model), per
 # convolution, direct -> Winograd:
@@ -243,9 +243,10 @@ def winograd_conv2d(model: Model, tiles: tuple[int, ...] = WINOGRAD_TILE_CHOICES
 
     The rewrite is the input transform (``winograd_input_rows``, then
     ``winograd_input_cols``), a batched ``matmul`` of the transformed weights (a new
-    constant, computed here in float64) with its result, and
-    ``winograd_output``, which produces the convolution's output value, so that its bias,
-    residual add and activation fuse into the output transform."""
+    constant, computed here in float64) with its result, and the output transform
+    (``winograd_output_rows``, then ``winograd_output_cols``, which produces the
+    convolution's output value, so that its bias, residual add and activation fuse into
+    it)."""
     constants = dict(model.constants)
     nodes: list[Node] = []
     matrices: dict[tuple[str, int], str] = {}
@@ -270,7 +271,7 @@ def winograd_conv2d(model: Model, tiles: tuple[int, ...] = WINOGRAD_TILE_CHOICES
         u = fresh(f"{w}_winograd{m}")
         constants[u] = contiguous(winograd_weight(constants[w], m))
         t, v = fresh(f"{node.output}_wino_t"), fresh(f"{node.output}_wino_v")
-        mm = fresh(f"{node.output}_wino_m")
+        mm, s = fresh(f"{node.output}_wino_m"), fresh(f"{node.output}_wino_s")
         n, _, oh, ow = model.types[node.output].shape
         nodes += [
             Node("winograd_input_rows", (x, matrix("bt", m, bt)), t,
@@ -278,7 +279,9 @@ def winograd_conv2d(model: Model, tiles: tuple[int, ...] = WINOGRAD_TILE_CHOICES
             Node("winograd_input_cols", (t, matrix("bt", m, bt)), v, {"tile": m},
                  f"{node.name}_wino_cols"),
             Node("matmul", (u, v), mm, {}, f"{node.name}_wino_mm"),
-            Node("winograd_output", (mm, matrix("at", m, at)), node.output,
+            Node("winograd_output_rows", (mm, matrix("at", m, at)), s, {"tile": m},
+                 f"{node.name}_wino_out_rows"),
+            Node("winograd_output_cols", (s, matrix("at", m, at)), node.output,
                  {"tile": m, "batch": n, "height": oh, "width": ow},
                  f"{node.name}_wino_out"),
         ]

@@ -23,7 +23,9 @@ p = (n * th + ty) * tw + tx for th x tw tiles per image):
                  composes the two)
     U[e, k, c]   ``winograd_weight``    (numpy, at graph-build time)
     M[e, k, p]   a batched matmul U @ V (any matmul operator)
-    Y[n, k, y, x] ``te_winograd_output`` (output transform; the last partial tile is cut)
+    S[u, j, k, p] ``te_winograd_output_rows`` (the output transform along tile rows)
+    Y[n, k, y, x] ``te_winograd_output_cols`` (and along tile columns, the last partial tile
+                 cut; ``te_winograd_output`` composes the two)
 
 The transform matrices are parameters of the te stages (``Bt``: (m+2) x (m+2), ``At``:
 m x (m+2)), read like weights, rather than constants folded into the expression: a stage
@@ -41,8 +43,9 @@ from .utils import check
 __all__ = [
     "WINOGRAD_TILES", "winograd_matrices", "winograd_tiles", "winograd_weight",
     "te_winograd_input_rows", "ref_winograd_input_rows", "te_winograd_input_cols",
-    "ref_winograd_input_cols", "te_winograd_input", "ref_winograd_input", "te_winograd_output",
-    "ref_winograd_output",
+    "ref_winograd_input_cols", "te_winograd_input", "ref_winograd_input",
+    "te_winograd_output_rows", "ref_winograd_output_rows", "te_winograd_output_cols",
+    "ref_winograd_output_cols", "te_winograd_output", "ref_winograd_output",
 ]
 
 # F(m, 3) for these output tile sizes m: the interpolation points 0, +-1 (m = 2) and
@@ -154,25 +157,61 @@ def te_winograd_input(data: te.Tensor, bt: te.Tensor, m: int, pads=(1, 1, 1, 1),
     return te_winograd_input_cols(rows, bt, m, name=name)
 
 
-def te_winograd_output(mm: te.Tensor, at: te.Tensor, m: int, n: int, oh: int, ow: int,
-                       name: str = "winograd_output") -> te.Tensor:
-    """M [(m+2)^2, K, P], At [m, m+2] -> Y [N, K, OH, OW]
-    (Y[n, k, y, x] = sum_ij At[y % m, i] At[x % m, j] M[i * (m+2) + j, k, p(n, y, x)])."""
+def _check_at(at: te.Tensor, op: str, m: int) -> None:
+    check(tuple(at.shape) == (m, m + 2), op,
+          f"At must be {(m, m + 2)} for F({m}, 3), got {at.shape}")
+
+
+def te_winograd_output_rows(mm: te.Tensor, at: te.Tensor, m: int,
+                            name: str = "winograd_output_rows") -> te.Tensor:
+    """The output transform's first half, along the rows of every tile:
+    M [(m+2)^2, K, P], At [m, m+2] -> S [m, m+2, K, P] with
+    S[u, j, k, p] = sum_i At[u, i] * M[i * (m+2) + j, k, p]."""
+    op = "winograd_output_rows"
+    a = m + 2
+    _check_at(at, op, m)
+    check(len(mm.shape) == 3 and mm.shape[0] == a * a, op,
+          f"M must be ({a * a}, K, P) for F({m}, 3), got {mm.shape}")
+    _, k, p = mm.shape
+    i = te.reduce_axis(a, name="i")
+    return te.compute((m, a, k, p),
+                      lambda u, col, ch, tile: te.sum(at[u, i] * mm[i * a + col, ch, tile],
+                                                      axis=i),
+                      name=name)
+
+
+def te_winograd_output_cols(rows: te.Tensor, at: te.Tensor, m: int, n: int, oh: int, ow: int,
+                            name: str = "winograd_output") -> te.Tensor:
+    """The output transform's second half, along the columns of every tile:
+    S [m, m+2, K, P] -> Y [N, K, OH, OW] with
+    Y[n, k, y, x] = sum_j At[x % m, j] * S[y % m, j, k, p(n, y, x)] (the last partial tile
+    cut).  It produces the convolution's value, so the convolution's epilogue fuses here."""
     op = "winograd_output"
     a = m + 2
-    check(tuple(at.shape) == (m, a), op, f"At must be {(m, a)} for F({m}, 3), got {at.shape}")
+    _check_at(at, op, m)
     th, tw, tiles = winograd_tiles(n, oh, ow, m)
-    e, k, p = mm.shape
-    check(e == a * a and p == tiles, op,
-          f"M must be {(a * a, k, tiles)} for {n} x {oh} x {ow} outputs, got {mm.shape}")
-    i = te.reduce_axis(a, name="i")
+    check(len(rows.shape) == 4 and tuple(rows.shape[:2]) == (m, a) and rows.shape[3] == tiles,
+          op, f"S must be {(m, a, 'K', tiles)} for {n} x {oh} x {ow} outputs, got {rows.shape}")
     j = te.reduce_axis(a, name="j")
 
     def fcompute(img, ch, y, x):
         tile = (img * th + y // m) * tw + x // m
-        return te.sum(at[y % m, i] * at[x % m, j] * mm[i * a + j, ch, tile], axis=[i, j])
+        return te.sum(at[x % m, j] * rows[y % m, j, ch, tile], axis=j)
 
-    return te.compute((n, k, oh, ow), fcompute, name=name)
+    return te.compute((n, rows.shape[2], oh, ow), fcompute, name=name)
+
+
+def te_winograd_output(mm: te.Tensor, at: te.Tensor, m: int, n: int, oh: int, ow: int,
+                       name: str = "winograd_output") -> te.Tensor:
+    """M [(m+2)^2, K, P], At [m, m+2] -> Y [N, K, OH, OW]
+    (Y[n, k, y, x] = sum_ij At[y % m, i] At[x % m, j] M[i * (m+2) + j, k, p(n, y, x)]), as
+    the row and column halves in turn (2 (m+2) multiply-adds per output instead of (m+2)^2;
+    a model runs them as two kernels, as it does the input transform's)."""
+    tiles = winograd_tiles(n, oh, ow, m)[2]
+    check(mm.shape[2] == tiles, "winograd_output",
+          f"M must have {tiles} tiles for {n} x {oh} x {ow} outputs, got {mm.shape}")
+    rows = te_winograd_output_rows(mm, at, m, name=f"{name}_rows")
+    return te_winograd_output_cols(rows, at, m, n, oh, ow, name=name)
 
 
 def ref_winograd_input_rows(data: np.ndarray, bt: np.ndarray, m: int, pads=(1, 1, 1, 1)
@@ -204,13 +243,24 @@ def ref_winograd_input(data: np.ndarray, bt: np.ndarray, m: int, pads=(1, 1, 1, 
     return ref_winograd_input_cols(rows, bt, m).astype(data.dtype)
 
 
+def ref_winograd_output_rows(mm: np.ndarray, at: np.ndarray, m: int) -> np.ndarray:
+    a = m + 2
+    e, k, p = mm.shape
+    tiles = mm.astype(np.float64).reshape(a, a, k, p)
+    return np.einsum("ui,ijkp->ujkp", np.asarray(at, dtype=np.float64), tiles).astype(mm.dtype)
+
+
+def ref_winograd_output_cols(rows: np.ndarray, at: np.ndarray, m: int, n: int, oh: int,
+                             ow: int) -> np.ndarray:
+    th, tw, _ = winograd_tiles(n, oh, ow, m)
+    _, a, k, _ = rows.shape
+    s = rows.astype(np.float64).reshape(m, a, k, n, th, tw)
+    y = np.einsum("ujknts,vj->nktusv", s, np.asarray(at, dtype=np.float64))
+    y = y.reshape(n, k, th * m, tw * m)[:, :, :oh, :ow]
+    return np.ascontiguousarray(y).astype(rows.dtype)
+
+
 def ref_winograd_output(mm: np.ndarray, at: np.ndarray, m: int, n: int, oh: int, ow: int
                         ) -> np.ndarray:
-    a = m + 2
-    th, tw, _ = winograd_tiles(n, oh, ow, m)
-    k = mm.shape[1]
-    tiles = mm.astype(np.float64).reshape(a, a, k, n, th, tw)
-    at = np.asarray(at, dtype=np.float64)
-    y = np.einsum("ui,ijknts,vj->nktusv", at, tiles, at)    # n, k, th, m, tw, m
-    y = y.reshape(n, k, th * m, tw * m)[:, :, :oh, :ow]
-    return np.ascontiguousarray(y).astype(mm.dtype)
+    rows = ref_winograd_output_rows(mm.astype(np.float64), at, m)
+    return ref_winograd_output_cols(rows, at, m, n, oh, ow).astype(mm.dtype)

@@ -33,6 +33,26 @@ def conv_bn_relu_model(channels: int = 8, image: int = 12, seed: int = 0) -> Mod
     return b.build()
 
 
+def conv_model(n=1, c=128, k=128, image=24, stride=1, groups=1, kernel=3, weight_input=False,
+               residual=True, seed=0) -> Model:
+    """conv (+ bias) -> add(residual) -> relu over a random input (by default a convolution
+    that ``winograd_conv2d`` rewrites)."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("conv")
+    x = b.input("input", (n, c, image, image))
+    shape = (k, c // groups, kernel, kernel)
+    w = b.input("weight", shape) if weight_input else \
+        b.constant(rng.normal(0, 0.1, shape).astype(np.float32), "w")
+    pad = kernel // 2
+    y = b.op("conv2d", [x, w], strides=(stride, stride), pads=(pad,) * 4, dilations=(1, 1),
+             groups=groups)
+    y = b.op("add", [y, b.constant(rng.normal(0, 0.1, (k, 1, 1)).astype(np.float32), "bias")])
+    if residual and stride == 1 and k == c:
+        y = b.op("add", [y, x])
+    b.output(b.op("relu", [y]), "output")
+    return b.build()
+
+
 def random_inputs(model: Model, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     return {name: rng.uniform(-1, 1, t.shape).astype(t.dtype)

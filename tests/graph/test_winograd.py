@@ -13,11 +13,12 @@ from schedules.space import DesignSpace
 from tensor_ir import te
 from tensor_ir.ops import (
     ref_conv2d_nchw, ref_winograd_input, ref_winograd_input_rows, ref_winograd_output,
-    te_winograd_input, te_winograd_input_cols, te_winograd_input_rows, te_winograd_output,
-    winograd_matrices, winograd_tiles, winograd_weight,
+    ref_winograd_output_rows, te_winograd_input, te_winograd_input_cols, te_winograd_input_rows,
+    te_winograd_output, te_winograd_output_cols, te_winograd_output_rows, winograd_matrices,
+    winograd_tiles, winograd_weight,
 )
 
-from .helpers import TARGET, random_inputs
+from .helpers import TARGET, conv_model, random_inputs
 
 SHAPES = [  # n, c, h, w, k, pads
     (1, 8, 10, 9, 5, (1, 1, 1, 1)),
@@ -98,6 +99,30 @@ def test_te_input_halves_match_numpy_under_random_schedules(shape):
     _check_under_schedules(f_cols, (want_t, bt_np), want_v, atol=1e-4)
 
 
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_te_output_halves_match_numpy_under_random_schedules(m, shape):
+    """The output transform's row and column halves as the two kernels a model runs."""
+    n, _, h, w, k, pads = shape
+    a = m + 2
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    tiles = winograd_tiles(n, oh, ow, m)[2]
+    mm = te.placeholder((a * a, k, tiles), "float32", name="mm")
+    at = te.placeholder((m, a), "float32", name="at")
+    rows = te_winograd_output_rows(mm, at, m)
+    f_rows = te.create_prim_func([mm, at, rows], name="out_rows")
+    s = te.placeholder(rows.shape, "float32", name="s")
+    f_cols = te.create_prim_func([s, at, te_winograd_output_cols(s, at, m, n, oh, ow)],
+                                 name="out_cols")
+    at_np = winograd_matrices(m)[2].astype(np.float32)
+    mm_np = np.random.default_rng(3).standard_normal((a * a, k, tiles)).astype(np.float32)
+    want_s = ref_winograd_output_rows(mm_np, at_np, m)
+    assert want_s.shape == (m, a, k, tiles)
+    _check_under_schedules(f_rows, (mm_np, at_np), want_s, atol=1e-4)
+    _check_under_schedules(f_cols, (want_s, at_np),
+                           ref_winograd_output(mm_np, at_np, m, n, oh, ow), atol=1e-3)
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_te_transforms_match_numpy_under_random_schedules(shape):
     """The composed input transform and the output transform compute what the numpy
@@ -115,31 +140,12 @@ def test_te_transforms_match_numpy_under_random_schedules(shape):
     _check_under_schedules(f_out, (mm, at), want_y, atol=1e-3)
 
 
-def _conv_model(n=1, c=128, k=128, image=24, stride=1, groups=1, kernel=3, weight_input=False,
-                residual=True, seed=0):
-    """conv (+ bias) -> add(residual) -> relu over a random input."""
-    rng = np.random.default_rng(seed)
-    b = GraphBuilder("conv")
-    x = b.input("input", (n, c, image, image))
-    shape = (k, c // groups, kernel, kernel)
-    w = b.input("weight", shape) if weight_input else \
-        b.constant(rng.normal(0, 0.1, shape).astype(np.float32), "w")
-    pad = kernel // 2
-    y = b.op("conv2d", [x, w], strides=(stride, stride), pads=(pad,) * 4, dilations=(1, 1),
-             groups=groups)
-    y = b.op("add", [y, b.constant(rng.normal(0, 0.1, (k, 1, 1)).astype(np.float32), "bias")])
-    if residual and stride == 1 and k == c:
-        y = b.op("add", [y, x])
-    b.output(b.op("relu", [y]), "output")
-    return b.build()
-
-
 def test_pass_rewrites_eligible_convolutions_and_keeps_their_results():
-    model = _conv_model()
+    model = conv_model()
     rewritten = winograd_conv2d(model)
     ops = [node.op for node in rewritten.nodes]
-    assert ops[:4] == ["winograd_input_rows", "winograd_input_cols", "matmul",
-                       "winograd_output"] and "conv2d" not in ops
+    assert ops[:5] == ["winograd_input_rows", "winograd_input_cols", "matmul",
+                       "winograd_output_rows", "winograd_output_cols"] and "conv2d" not in ops
     assert rewritten.types["output"] == model.types["output"]
     # The original weight is gone; the transformed one (36 x K x C) replaces it.
     assert "w" not in rewritten.constants
@@ -159,16 +165,16 @@ def test_pass_leaves_other_convolutions_alone(change):
     """Strided, grouped and 1x1 convolutions, weights that are not constants, too few
     channels (transforms would cost more than they save), too few tiles, or transformed
     weights too big for the cache even with F(2,3) stay direct."""
-    model = _conv_model(**change)
+    model = conv_model(**change)
     assert winograd_conv2d(model) is model
 
 
 def test_large_weights_take_the_smaller_tile():
     """256 channels: F(4,3)'s transformed weights (9 MiB) exceed the bound, F(2,3)'s (4 MiB)
     do not."""
-    model = _conv_model(c=256, k=256, image=14)
+    model = conv_model(c=256, k=256, image=14)
     rewritten = winograd_conv2d(model)
-    assert [n.attrs.get("tile") for n in rewritten.nodes[:4]] == [2, 2, None, 2]
+    assert [n.attrs.get("tile") for n in rewritten.nodes[:5]] == [2, 2, None, 2, 2]
     inputs = random_inputs(model)
     want = model.evaluate(inputs)["output"]
     np.testing.assert_allclose(rewritten.evaluate(inputs)["output"], want,
@@ -176,7 +182,7 @@ def test_large_weights_take_the_smaller_tile():
 
 
 def test_thresholds_are_parameters():
-    model = _conv_model(c=8, k=8, image=8)
+    model = conv_model(c=8, k=8, image=8)
     assert winograd_conv2d(model) is model
     rewritten = winograd_conv2d(model, tiles=(2,), min_channels=8, min_tiles=1)
     assert [n.op for n in rewritten.nodes][0] == "winograd_input_rows"
@@ -187,21 +193,22 @@ def test_thresholds_are_parameters():
 
 
 def test_output_transform_takes_the_convolutions_epilogue():
-    groups = fuse_ops(optimize(_conv_model()))
+    groups = fuse_ops(optimize(conv_model()))
     names = [g.name for g in groups]
     assert names == ["fused_winograd_input_rows", "fused_winograd_input_cols", "fused_matmul",
-                     "fused_winograd_output_add_add_relu"]
+                     "fused_winograd_output_rows", "fused_winograd_output_cols_add_add_relu"]
     # optimize(winograd=False) keeps the direct convolution.
-    assert [g.name for g in fuse_ops(optimize(_conv_model(), winograd=False))] == \
+    assert [g.name for g in fuse_ops(optimize(conv_model(), winograd=False))] == \
         ["fused_conv2d_add_add_relu"]
 
 
 def test_tasks_mark_the_transformed_weights_and_matrices_as_constants():
-    tasks = {t.name: t for t in extract_tasks(_conv_model())}
+    tasks = {t.name: t for t in extract_tasks(conv_model())}
     assert tasks["fused_winograd_input_rows"].weight_params == frozenset({1})  # Bt
     assert tasks["fused_winograd_input_cols"].weight_params == frozenset({1})
     assert tasks["fused_matmul"].weight_params == frozenset({0})             # U
-    assert 1 in tasks["fused_winograd_output_add_add_relu"].weight_params    # At
+    assert tasks["fused_winograd_output_rows"].weight_params == frozenset({1})   # At
+    assert 1 in tasks["fused_winograd_output_cols_add_add_relu"].weight_params
 
 
 def test_shape_errors_name_the_operator():
@@ -216,8 +223,12 @@ def test_shape_errors_name_the_operator():
              tile=4)
     mm = b.input("mm", (36, 4, 5))
     at = b.constant(np.zeros((4, 6), np.float32), "at")
-    with pytest.raises(GraphError, match=r"winograd_output: M must be \(36, K, 4\)"):
-        b.op("winograd_output", [mm, at], tile=4, batch=1, height=8, width=8)
+    with pytest.raises(GraphError, match=r"winograd_output_rows: At must be float32 \(4, 6\)"):
+        b.op("winograd_output_rows", [mm, b.constant(np.zeros((2, 4), np.float32), "at2")],
+             tile=4)
+    rows = b.op("winograd_output_rows", [mm, at], tile=4)
+    with pytest.raises(GraphError, match=r"winograd_output_cols: S must be \(4, 6, K, 4\)"):
+        b.op("winograd_output_cols", [rows, at], tile=4, batch=1, height=8, width=8)
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -226,7 +237,7 @@ def test_built_model_matches_the_direct_convolution(n):
     build), the Winograd model gives the direct convolution's results."""
     from .helpers import sampled_lookup
 
-    model = _conv_model(n=n, image=26)    # 26 = 6 tiles of 4 and a partial one
+    model = conv_model(n=n, image=26)    # 26 = 6 tiles of 4 and a partial one
     inputs = random_inputs(model)
     want = optimize(model, winograd=False).evaluate(inputs)["output"]
     for lookup in (None, sampled_lookup(seed=5)):
