@@ -386,7 +386,7 @@ def _winograd_cols_infer(types, attrs):
     _check(bt.shape == (a, a) and bt.dtype == rows.dtype, op,
            f"Bt must be {rows.dtype} {(a, a)} for F({m}, 3), got {bt.dtype} {bt.shape}")
     _, n, c, th, width = rows.shape
-    return TensorType((a * a, c, n * th * ((width - 2) // m)), rows.dtype)
+    return TensorType((a * a, n * th * ((width - 2) // m), c), rows.dtype)
 
 
 def _winograd_output_rows_infer(types, attrs):
@@ -395,10 +395,10 @@ def _winograd_output_rows_infer(types, attrs):
     m = attrs["tile"]
     a = m + 2
     _check(len(mm.shape) == 3 and mm.shape[0] == a * a, op,
-           f"M must be ({a * a}, K, P) for F({m}, 3), got {mm.shape}")
+           f"M must be ({a * a}, P, K) for F({m}, 3), got {mm.shape}")
     _check(at.shape == (m, a) and at.dtype == mm.dtype, op,
            f"At must be {mm.dtype} {(m, a)} for F({m}, 3), got {at.dtype} {at.shape}")
-    return TensorType((m, a) + mm.shape[1:], mm.dtype)
+    return TensorType((m, a, mm.shape[2], mm.shape[1]), mm.dtype)
 
 
 def _winograd_output_cols_infer(types, attrs):

@@ -193,19 +193,21 @@ def fold_batch_norm(model: Model) -> Model:
 # direct convolution by (m+2)^2 / m^2: 2.25 for m = 4, 4 for m = 2.  The transforms, each
 # in two halves, cost 2 (m+2) multiply-adds per element of V and (m+2) (1 + (m+2) / m) per
 # element of Y (15 for m = 4; the matrices are parameters, so no zero is skipped): they pay
-# off only against enough channels.  The transformed weights are (m+2)^2 / 9 times the direct ones (4x for m = 4);
-# where they no longer stay in cache the matmul waits on memory.  ResNet-18 on Zen 5
-# (2 threads, 2000 trials for the model, kernels timed in the built model), per
-# convolution, direct -> Winograd:
-#   64 channels at 56x56, m = 4:  0.52 -> 0.52 ms (alone 0.40: its 1.3-1.8 MB intermediates
-#                                 do not stay in the 1 MB L2 between kernels)
+# off only against enough channels.  The transformed weights are (m+2)^2 / 9 times the
+# direct ones (4x for m = 4); where they no longer stay in cache the matmul waits on memory.
+# ResNet-18 on Zen 5 (2 threads, 2000 trials for the model, kernels timed in the built
+# model, the matmul's rows the tiles), per convolution, direct -> Winograd (its five kernels):
+#   64 channels at 56x56, m = 4:  0.51 -> 0.35 ms
 #   128 at 28x28, m = 4:          0.50 -> 0.32 ms
-#   256 at 14x14, m = 4:          0.50 -> 0.42 ms (9.4 MB of weights streamed at ~30 GB/s)
-#   256 at 14x14, m = 2:          0.50 -> 0.39 ms (4 MiB of weights)
-# Hence: at least 128 channels, the largest tile whose transformed weights take at most
-# 4 MiB, and enough tiles for the matmul.
+#   256 at 14x14, m = 2:          0.50 -> 0.37 ms (4 MiB of weights)
+#   256 at 14x14, m = 4:          0.50 -> 0.42 ms (9.4 MB of weights streamed at ~30 GB/s;
+#                                 measured with the earlier layout, tiles along the vectors)
+# With the tiles along the vectors, the 64-channel convolutions gained nothing in the model
+# (0.52 -> 0.52 ms; 0.42 with the output transform split), and the matmuls of 49 tiles
+# (28x28 and 14x14 images) filled 49 of 64 vector lanes.  Hence: at least 64 channels, the largest tile whose transformed
+# weights take at most 4 MiB, and enough tiles for the matmul.
 WINOGRAD_TILE_CHOICES = (4, 2)
-WINOGRAD_MIN_CHANNELS = 128
+WINOGRAD_MIN_CHANNELS = 64
 WINOGRAD_MIN_TILES = 16
 WINOGRAD_MAX_WEIGHT_BYTES = 4 << 20
 
@@ -242,8 +244,8 @@ def winograd_conv2d(model: Model, tiles: tuple[int, ...] = WINOGRAD_TILE_CHOICES
     gives at least ``min_tiles`` output tiles (none: the convolution stays direct).
 
     The rewrite is the input transform (``winograd_input_rows``, then
-    ``winograd_input_cols``), a batched ``matmul`` of the transformed weights (a new
-    constant, computed here in float64) with its result, and the output transform
+    ``winograd_input_cols``), a batched ``matmul`` of its result with the transformed
+    weights (a new constant, computed here in float64), and the output transform
     (``winograd_output_rows``, then ``winograd_output_cols``, which produces the
     convolution's output value, so that its bias, residual add and activation fuse into
     it)."""
@@ -278,7 +280,7 @@ def winograd_conv2d(model: Model, tiles: tuple[int, ...] = WINOGRAD_TILE_CHOICES
                  {"tile": m, "pads": tuple(node.attrs["pads"])}, f"{node.name}_wino_rows"),
             Node("winograd_input_cols", (t, matrix("bt", m, bt)), v, {"tile": m},
                  f"{node.name}_wino_cols"),
-            Node("matmul", (u, v), mm, {}, f"{node.name}_wino_mm"),
+            Node("matmul", (v, u), mm, {}, f"{node.name}_wino_mm"),
             Node("winograd_output_rows", (mm, matrix("at", m, at)), s, {"tile": m},
                  f"{node.name}_wino_out_rows"),
             Node("winograd_output_cols", (s, matrix("at", m, at)), node.output,
