@@ -117,17 +117,6 @@ def test_tune_model_stores_cuda_records_that_the_build_uses(tmp_path, mlp_path):
 @needs_gpu
 @pytest.mark.parametrize("m", [2, 4])
 def test_winograd_model_matches_the_direct_convolution(m):
-    """The Winograd form of a convolution (its transforms, the batched matmul and the fused
-    epilogue) on the device gives the direct convolution's result on the CPU."""
-    from autotune.graph import optimize, winograd_conv2d
+    from ..graph.helpers import check_winograd_build
 
-    from ..graph.helpers import conv_model, random_inputs
-
-    model = conv_model(c=8, k=8, image=10)
-    # Rewritten here with thresholds this small model passes (build_model keeps it so).
-    rewritten = winograd_conv2d(model, tiles=(m,), min_channels=8, min_tiles=1)
-    assert "winograd_output_cols" in [node.op for node in rewritten.nodes]
-    inputs = random_inputs(model)
-    want = build_model(optimize(model, winograd=False), "llvm").run(inputs)["output"]
-    got = build_model(rewritten, _target()).run(inputs)["output"]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    check_winograd_build(_target(), m)

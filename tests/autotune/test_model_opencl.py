@@ -212,17 +212,6 @@ def test_bad_inputs_and_targets_name_the_problem(lib, mlp):
 
 @pytest.mark.parametrize("m", [2, 4])
 def test_winograd_model_matches_the_direct_convolution(m):
-    """The Winograd form of a convolution (its transforms, the batched matmul and the fused
-    epilogue) on the device gives the direct convolution's result on the CPU."""
-    from autotune.graph import optimize, winograd_conv2d
+    from ..graph.helpers import check_winograd_build
 
-    from ..graph.helpers import conv_model, random_inputs
-
-    model = conv_model(c=8, k=8, image=10)
-    # Rewritten here with thresholds this small model passes (build_model keeps it so).
-    rewritten = winograd_conv2d(model, tiles=(m,), min_channels=8, min_tiles=1)
-    assert "winograd_output_cols" in [node.op for node in rewritten.nodes]
-    inputs = random_inputs(model)
-    want = build_model(optimize(model, winograd=False), "llvm").run(inputs)["output"]
-    got = build_model(rewritten, RUN_TARGET).run(inputs)["output"]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    check_winograd_build(RUN_TARGET, m)

@@ -147,7 +147,7 @@ def test_pass_rewrites_eligible_convolutions_and_keeps_their_results():
     assert ops[:5] == ["winograd_input_rows", "winograd_input_cols", "matmul",
                        "winograd_output_rows", "winograd_output_cols"] and "conv2d" not in ops
     assert rewritten.types["output"] == model.types["output"]
-    # The original weight is gone; the transformed one (36 x K x C) replaces it.
+    # The original weight is gone; the transformed one (36 x C x K) replaces it.
     assert "w" not in rewritten.constants
     assert any(a.shape == (36, 128, 128) for a in rewritten.constants.values())
     assert rewritten.nodes[0].attrs["tile"] == 4
