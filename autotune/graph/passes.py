@@ -204,8 +204,8 @@ def fold_batch_norm(model: Model) -> Model:
 #                                 measured with the earlier layout, tiles along the vectors)
 # With the tiles along the vectors, the 64-channel convolutions gained nothing in the model
 # (0.52 -> 0.52 ms; 0.42 with the output transform split), and the matmuls of 49 tiles
-# (28x28 and 14x14 images) filled 49 of 64 vector lanes.  Hence: at least 64 channels, the largest tile whose transformed
-# weights take at most 4 MiB, and enough tiles for the matmul.
+# (28x28 and 14x14 images) filled 49 of 64 vector lanes.  Hence: at least 64 channels, the
+# largest tile whose transformed weights take at most 4 MiB, and enough tiles for the matmul.
 WINOGRAD_TILE_CHOICES = (4, 2)
 WINOGRAD_MIN_CHANNELS = 64
 WINOGRAD_MIN_TILES = 16
