@@ -5,8 +5,8 @@ from .errors import FrontendError, GraphError, UnsupportedOperatorError
 from .ir import GraphBuilder, Model, Node
 from .operators import OPS, OpDef, get_op
 from .passes import (
-    FusedGroup, MemoryPlan, eliminate_dead_code, fold_batch_norm, fold_constants, fuse_ops,
-    optimize, plan_memory, winograd_conv2d,
+    LAYOUT_BLOCK, FusedGroup, MemoryPlan, blocked_layout, eliminate_dead_code, fold_batch_norm,
+    fold_constants, fuse_ops, optimize, plan_memory, winograd_conv2d,
 )
 from .tasks import GroupFunc, Task, count_flops, extract_tasks, group_func, partition
 from .types import TensorType
@@ -15,6 +15,6 @@ __all__ = [
     "FrontendError", "GraphError", "UnsupportedOperatorError", "GraphBuilder", "Model", "Node",
     "OPS", "OpDef", "get_op", "FusedGroup", "MemoryPlan", "eliminate_dead_code",
     "fold_batch_norm", "fold_constants", "fuse_ops", "optimize", "plan_memory",
-    "winograd_conv2d", "GroupFunc",
+    "winograd_conv2d", "blocked_layout", "LAYOUT_BLOCK", "GroupFunc",
     "Task", "count_flops", "extract_tasks", "group_func", "partition", "TensorType",
 ]

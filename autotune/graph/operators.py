@@ -304,6 +304,15 @@ _register("where", BROADCAST, (3, 3), _where_infer,
 # compute-heavy: conv2d, matmul
 # ---------------------------------------------------------------------------------------------
 
+def _conv_out(op, h, w, r, s, attrs):
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    oh = (h + pt + pb - dh * (r - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (s - 1) - 1) // sw + 1
+    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
+    return oh, ow
+
+
 def _conv_infer(types, attrs):
     op = "conv2d"
     data, weight = types
@@ -314,11 +323,7 @@ def _conv_infer(types, attrs):
     groups = attrs.get("groups", 1)
     _check(c % groups == 0 and cg * groups == c, op,
            f"weight {weight.shape} does not match {c} input channels in {groups} group(s)")
-    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
-    pt, pl, pb, pr = attrs["pads"]
-    oh = (h + pt + pb - dh * (r - 1) - 1) // sh + 1
-    ow = (w + pl + pr - dw * (s - 1) - 1) // sw + 1
-    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
+    oh, ow = _conv_out(op, h, w, r, s, attrs)
     return TensorType((n, k, oh, ow), data.dtype)
 
 
@@ -444,6 +449,80 @@ _register("winograd_output_cols", REDUCTION, (2, 2), _winograd_output_cols_infer
           lambda arrays, attrs: ops.ref_winograd_output_cols(
               arrays[0], arrays[1], attrs["tile"], attrs["batch"], attrs["height"],
               attrs["width"]))
+
+
+def _conv_nchwc_infer(types, attrs):
+    op = "conv2d_nchwc"
+    data, weight = types
+    _check(len(data.shape) == 5 and len(weight.shape) == 6, op,
+           f"data must be NCHW[b]c (rank 5) and weight rank 6, got {data.shape} and "
+           f"{weight.shape}")
+    _check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
+    n, co, h, w, cb = data.shape
+    ko, wco, r, s, wcb, kb = weight.shape
+    _check((wco, wcb) == (co, cb), op,
+           f"weight {weight.shape} does not match data {data.shape} (input blocks {co} x {cb})")
+    oh, ow = _conv_out(op, h, w, r, s, attrs)
+    return TensorType((n, ko, oh, ow, kb), data.dtype)
+
+
+def _depthwise_nchwc_infer(types, attrs):
+    op = "depthwise_conv2d_nchwc"
+    data, weight = types
+    _check(len(data.shape) == 5 and len(weight.shape) == 4, op,
+           f"data must be NCHW[b]c (rank 5) and weight rank 4, got {data.shape} and "
+           f"{weight.shape}")
+    _check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
+    n, co, h, w, b = data.shape
+    wco, r, s, wb = weight.shape
+    _check((wco, wb) == (co, b), op, f"weight {weight.shape} does not match data {data.shape}")
+    oh, ow = _conv_out(op, h, w, r, s, attrs)
+    return TensorType((n, co, oh, ow, b), data.dtype)
+
+
+def _conv_nchwc_attrs(attrs):
+    return attrs["strides"], attrs["pads"], attrs["dilations"]
+
+
+# Convolutions in the blocked channel layout (see tensor_ir.ops.layout); the pass
+# ``blocked_layout`` puts them in place of NCHW convolutions with their weights laid out once.
+_register("conv2d_nchwc", COMPUTE, (2, 2), _conv_nchwc_infer,
+          lambda args, attrs, name: ops.te_conv2d_nchwc(args[0], args[1],
+                                                        *_conv_nchwc_attrs(attrs), name=name),
+          lambda arrays, attrs: ops.ref_conv2d_nchwc(arrays[0], arrays[1],
+                                                     *_conv_nchwc_attrs(attrs)))
+_register("depthwise_conv2d_nchwc", COMPUTE, (2, 2), _depthwise_nchwc_infer,
+          lambda args, attrs, name: ops.te_depthwise_conv2d_nchwc(
+              args[0], args[1], *_conv_nchwc_attrs(attrs), name=name),
+          lambda arrays, attrs: ops.ref_depthwise_conv2d_nchwc(arrays[0], arrays[1],
+                                                               *_conv_nchwc_attrs(attrs)))
+
+
+def _to_blocked_infer(types, attrs):
+    op = "layout_to_blocked"
+    data, block = types[0], attrs["block"]
+    _check(len(data.shape) == 4, op, f"data must be NCHW, got {data.shape}")
+    n, c, h, w = data.shape
+    _check(block >= 1 and c % block == 0, op,
+           f"{c} channels are not a multiple of the block {block}")
+    return TensorType((n, c // block, h, w, block), data.dtype)
+
+
+def _from_blocked_infer(types, attrs):
+    data = types[0]
+    _check(len(data.shape) == 5, "layout_from_blocked",
+           f"data must be NCHW[b]c (rank 5), got {data.shape}")
+    n, co, h, w, b = data.shape
+    return TensorType((n, co * b, h, w), data.dtype)
+
+
+_register("layout_to_blocked", INJECTIVE, (1, 1), _to_blocked_infer,
+          lambda args, attrs, name: ops.te_layout_to_blocked(args[0], attrs["block"],
+                                                             name=name),
+          lambda arrays, attrs: ops.ref_layout_to_blocked(arrays[0], attrs["block"]))
+_register("layout_from_blocked", INJECTIVE, (1, 1), _from_blocked_infer,
+          lambda args, attrs, name: ops.te_layout_from_blocked(args[0], name=name),
+          lambda arrays, attrs: ops.ref_layout_from_blocked(arrays[0]))
 
 
 def _matmul_dims(types, attrs):

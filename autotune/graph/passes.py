@@ -1,7 +1,7 @@
-"""Graph passes: constant folding, batch-norm folding, Winograd convolutions, dead-code
-elimination, operator fusion and memory planning for the executor.
+"""Graph passes: constant folding, batch-norm folding, Winograd convolutions, the blocked
+channel layout, dead-code elimination, operator fusion and memory planning for the executor.
 
-    model = optimize(model)             # folding, winograd_conv2d, eliminate_dead_code
+    model = optimize(model)             # folding, winograd_conv2d, blocked_layout, dead code
     groups = fuse_ops(model)            # FusedGroup per kernel (or view), topological order
     plan = plan_memory(model, groups)   # storage per value, reused when lifetimes do not meet
 
@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tensor_ir.ops import winograd_matrices, winograd_tiles, winograd_weight
+from tensor_ir.ops import (
+    pack_conv2d_weight_nchwc, pack_depthwise_weight_nchwc, ref_layout_to_blocked,
+    winograd_matrices, winograd_tiles, winograd_weight,
+)
 
 from .errors import GraphError
 from .ir import Model, Node
@@ -28,7 +31,8 @@ from .operators import (
 )
 
 __all__ = [
-    "fold_constants", "fold_batch_norm", "eliminate_dead_code", "winograd_conv2d", "optimize",
+    "fold_constants", "fold_batch_norm", "eliminate_dead_code", "winograd_conv2d",
+    "blocked_layout", "LAYOUT_BLOCK", "optimize",
     "FusedGroup",
     "fuse_ops", "MemoryPlan", "plan_memory",
 ]
@@ -292,14 +296,156 @@ def winograd_conv2d(model: Model, tiles: tuple[int, ...] = WINOGRAD_TILE_CHOICES
     return eliminate_dead_code(model.replace(nodes=nodes, constants=constants))
 
 
-def optimize(model: Model, winograd: bool = True) -> Model:
+# ---------------------------------------------------------------------------------------------
+# blocked channel layout
+# ---------------------------------------------------------------------------------------------
+
+# 16 float32 channels per block: one 64-byte cache line, one AVX-512 vector (two AVX2 ones).
+# Tuned alone at 128 trials on this project's Zen 5 host (2 threads), a blocked convolution
+# against the NCHW task's best after 2000 model trials: 1x1 160 -> 960 channels at 7x7
+# 0.031 ms against 0.052; the stride-2 3x3 depthwise of 96 channels at 112x112 0.037 ms
+# against 0.081 (onnxruntime, whose CPU kernels use the same layout, 0.042 and 0.056 in the
+# model).
+LAYOUT_BLOCK = 16
+
+
+def _channel_block(channels: int, block: int) -> int | None:
+    """The block of a tensor of ``channels`` channels: the largest of ``block``, ``block``/2
+    and ``block``/4 that divides them (24 channels: blocks of 8), the whole channel count
+    when it is smaller than ``block`` (an image's 3 channels), else None."""
+    for b in (block, block // 2, block // 4):
+        if b >= 1 and channels % b == 0:
+            return b
+    return channels if channels < block else None
+
+
+def _layout_blocks(model: Model, node: Node, block: int) -> tuple[int, int] | None:
+    """(input block, output block) of a convolution the blocked layout takes, else None:
+    constant float32 weights, both channel counts with a block (``_channel_block``), and
+    dense or depthwise (one weight per channel)."""
+    if node.op != "conv2d" or node.inputs[1] not in model.constants:
+        return None
+    data, weight = (model.types[v] for v in node.inputs)
+    if data.dtype != "float32":
+        return None
+    c, (k, cg) = data.shape[1], weight.shape[:2]
+    groups = node.attrs.get("groups", 1)
+    cb, kb = _channel_block(c, block), _channel_block(k, block)
+    if cb is None or kb is None or (kb == k and k < block):
+        return None
+    if groups == 1:
+        return cb, kb
+    return (cb, kb) if groups == c == k and cg == 1 else None
+
+
+def blocked_layout(model: Model, block: int = LAYOUT_BLOCK) -> Model:
+    """Put the convolutions that ``_layout_blocks`` takes in the blocked channel layout
+    [N, C / b, H, W, b] (``conv2d_nchwc``, ``depthwise_conv2d_nchwc``, their weights laid out
+    here once), and keep their activations in it across the elementwise operators between
+    them (bias, activation, residual add; a per-channel constant is laid out in blocks).
+    ``layout_to_blocked`` enters the layout and ``layout_from_blocked`` leaves it where an
+    operator reads NCHW (a pooling, a reshape, a model output): each value is converted at
+    most once each way, and the NCHW value keeps its name."""
+    constants = dict(model.constants)
+    nodes: list[Node] = []
+    blocked: dict[str, str] = {}   # NCHW value -> its blocked twin
+    blocked_blocks: dict[str, int] = {}   # NCHW value -> its twin's block
+    plain = set(model.inputs) | set(constants)   # values that exist in NCHW
+
+    def fresh(base: str) -> str:
+        return _fresh_name(base, constants, model.types, blocked.values())
+
+
+    def make_plain(value: str) -> None:
+        if value not in plain:
+            nodes.append(Node("layout_from_blocked", (blocked[value],), value, {},
+                              f"{value}_from_blocked"))
+            plain.add(value)
+
+    def make_blocked(value: str, b: int) -> str:
+        if value in blocked and blocked_blocks[value] == b:
+            return blocked[value]
+        make_plain(value)
+        out = fresh(f"{value}_blocked{b}")
+        nodes.append(Node("layout_to_blocked", (value,), out, {"block": b}, out))
+        if value not in blocked:
+            blocked[value], blocked_blocks[value] = out, b
+        return out
+
+    def blocked_operand(value: str, shape: tuple, b: int) -> str | None:
+        """``value`` as an operand of an elementwise operator on a blocked ``shape``
+        (NCHW), or None where the operator must stay in NCHW."""
+        if value in blocked and blocked_blocks[value] == b and \
+                model.types[value].shape == shape:
+            return blocked[value]
+        array = constants.get(value)
+        if array is None:
+            return None
+        if array.size == 1:
+            return value
+        c = shape[1]
+        if array.shape in ((c, 1, 1), (1, c, 1, 1)):
+            name = fresh(f"{value}_blocked{b}")
+            constants[name] = contiguous(ref_layout_to_blocked(array.reshape(1, c, 1, 1), b)
+                                         .reshape(c // b, 1, 1, b))
+            return name
+        return None
+
+    for node in model.nodes:
+        blocks = _layout_blocks(model, node, block)
+        if blocks is not None:
+            cb, kb = blocks
+            x, w = node.inputs
+            weight = constants[w]
+            depthwise = node.attrs.get("groups", 1) > 1
+            packed = fresh(f"{w}_blocked")
+            constants[packed] = contiguous(pack_depthwise_weight_nchwc(weight, kb) if depthwise
+                                           else pack_conv2d_weight_nchwc(weight, cb, kb))
+            out = fresh(f"{node.output}_blocked{kb}")
+            attrs = {key: node.attrs[key] for key in ("strides", "pads", "dilations")}
+            nodes.append(Node("depthwise_conv2d_nchwc" if depthwise else "conv2d_nchwc",
+                              (make_blocked(x, cb), packed), out, attrs, node.name))
+            blocked[node.output], blocked_blocks[node.output] = out, kb
+            continue
+        shape = model.types[node.output].shape
+        sources = [v for v in node.inputs if v in blocked and v not in plain]
+        if node.kind in (ELEMWISE, BROADCAST) and sources and len(shape) == 4:
+            b = blocked_blocks[sources[0]]
+            operands = [blocked_operand(v, shape, b) for v in node.inputs]
+            if all(o is not None for o in operands):
+                out = fresh(f"{node.output}_blocked{b}")
+                nodes.append(node.replace(inputs=tuple(operands), output=out))
+                blocked[node.output], blocked_blocks[node.output] = out, b
+                continue
+        for value in node.inputs:
+            make_plain(value)
+        nodes.append(node)
+        plain.add(node.output)
+    if not blocked:
+        return model
+    for value in model.outputs:
+        make_plain(value)
+    return eliminate_dead_code(model.replace(nodes=nodes, constants=constants))
+
+
+def optimize(model: Model, winograd: bool = True, layout: str = "auto") -> Model:
     """The standard pipeline before fusion (``winograd``: rewrite the convolutions where
-    Winograd pays, see ``winograd_conv2d``)."""
+    Winograd pays, see ``winograd_conv2d``; ``layout``: "NCHW" keeps every convolution in
+    NCHW, "blocked" puts those it can take in the blocked layout (see ``blocked_layout``),
+    "auto" does so when no Winograd convolution stays, whose transforms read and write NCHW:
+    the layout is chosen per model, so that its convolutions agree and activations are not
+    laid out again between them)."""
+    if layout not in ("auto", "blocked", "NCHW"):
+        raise GraphError(f"optimize: layout must be 'auto', 'blocked' or 'NCHW', got "
+                         f"{layout!r}")
     model = fold_constants(model)
     model = fold_batch_norm(model)
     model = fold_constants(model)
     if winograd:
         model = winograd_conv2d(model)
+    if layout == "blocked" or (layout == "auto" and not any(
+            node.op.startswith("winograd_") for node in model.nodes)):
+        model = blocked_layout(model)
     return eliminate_dead_code(model)
 
 

@@ -17,8 +17,9 @@ builtins only inside this namespace.
 """
 from __future__ import annotations
 
-from . import elemwise, nn, norm, reduce, transform, winograd
+from . import elemwise, layout, nn, norm, reduce, transform, winograd
 from .elemwise import *  # noqa: F401,F403
+from .layout import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
@@ -27,8 +28,9 @@ from .transform import *  # noqa: F401,F403
 from .winograd import *  # noqa: F401,F403
 
 __all__ = (
-    ["REGISTRY", "OpSpec", "cases", "get", "elemwise", "nn", "norm", "reduce", "transform",
-     "winograd"]
-    + elemwise.__all__ + nn.__all__ + norm.__all__ + reduce.__all__ + transform.__all__
+    ["REGISTRY", "OpSpec", "cases", "get", "elemwise", "layout", "nn", "norm", "reduce",
+     "transform", "winograd"]
+    + elemwise.__all__ + layout.__all__ + nn.__all__ + norm.__all__ + reduce.__all__
+    + transform.__all__
     + winograd.__all__
 )

@@ -117,11 +117,17 @@ def test_depthwise_and_pointwise_convolutions_are_not_compared():
 
     model = autotune.load_model("mobilenet_v2", image_size=32, width=0.25, num_classes=4)
     tasks = model_tasks(model)
-    depthwise = [t for t in tasks if t.func.params[1].const_shape[1] == 1
-                 and len(t.func.params[1].const_shape) == 4]
-    pointwise = [t for t in tasks if len(t.func.params[1].const_shape) == 4
-                 and tuple(t.func.params[1].const_shape[2:]) == (1, 1)
-                 and t.func.params[1].const_shape[1] >= 64]
+
+    def weight(task):
+        return tuple(task.func.params[1].const_shape)
+
+    # NCHW weights [K, C, R, S] (depthwise: C = 1); blocked ones [K/kb, C/cb, R, S, cb, kb],
+    # depthwise [C/b, R, S, b].
+    depthwise = [t for t in tasks if t.func.name.startswith("fused_depthwise_conv2d_nchwc")
+                 or (len(weight(t)) == 4 and weight(t)[1] == 1)]
+    pointwise = [t for t in tasks if len(weight(t)) in (4, 6) and weight(t)[2:4] == (1, 1)
+                 and (weight(t)[1] if len(weight(t)) == 4 else weight(t)[1] * weight(t)[4])
+                 >= 64]
     assert depthwise and pointwise
     assert not {t.group for t in depthwise} & {t.group for t in pointwise}
     # The name still leads the group: a matmul and a convolution are never siblings.

@@ -197,9 +197,9 @@ def test_output_transform_takes_the_convolutions_epilogue():
     names = [g.name for g in groups]
     assert names == ["fused_winograd_input_rows", "fused_winograd_input_cols", "fused_matmul",
                      "fused_winograd_output_rows", "fused_winograd_output_cols_add_add_relu"]
-    # optimize(winograd=False) keeps the direct convolution.
-    assert [g.name for g in fuse_ops(optimize(conv_model(), winograd=False))] == \
-        ["fused_conv2d_add_add_relu"]
+    # optimize(winograd=False) keeps the direct convolution (in NCHW when asked).
+    assert [g.name for g in fuse_ops(optimize(conv_model(), winograd=False, layout="NCHW"))] \
+        == ["fused_conv2d_add_add_relu"]
 
 
 def test_tasks_mark_the_transformed_weights_and_matrices_as_constants():

@@ -1,0 +1,172 @@
+"""Blocked channel layout (NCHW[b]c): the layout transforms and the convolutions over it.
+
+A tensor [N, C, H, W] in blocked layout is [N, C / b, H, W, b]: channel ``c`` lives at
+``[n, c // b, y, x, c % b]``.  With b = 16 floats a block is one 64-byte cache line and one
+AVX-512 vector, so that a convolution vectorises along the channels whatever the image size
+(a 7x7 image fills 49 of 64 lanes when it is the vector axis) and whatever the stride (a
+stride-2 depthwise convolution along the width reads every other element).
+
+* ``te_layout_to_blocked(data, b)`` / ``te_layout_from_blocked(data)``: the transforms.
+* ``te_conv2d_nchwc(data, weight, ...)``: data [N, C/cb, H, W, cb], weight
+  [K/kb, C/cb, R, S, cb, kb] (``pack_conv2d_weight_nchwc`` lays out an OIHW weight) ->
+  [N, K/kb, OH, OW, kb].  The input block cb and the output block kb may differ: an image
+  of 3 channels is one block of 3.
+* ``te_depthwise_conv2d_nchwc(data, weight, ...)``: data [N, C/b, H, W, b], weight
+  [C/b, R, S, b] (``pack_depthwise_weight_nchwc`` from [C, 1, R, S]) -> [N, C/b, OH, OW, b].
+
+Each has its numpy reference (``ref_*``), computed through the NCHW operators.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from .nn import ref_conv2d_nchw
+from .utils import check, conv_out_size, pad_nd, padding4, pair
+
+__all__ = [
+    "te_layout_to_blocked", "ref_layout_to_blocked",
+    "te_layout_from_blocked", "ref_layout_from_blocked",
+    "te_conv2d_nchwc", "ref_conv2d_nchwc", "pack_conv2d_weight_nchwc",
+    "te_depthwise_conv2d_nchwc", "ref_depthwise_conv2d_nchwc", "pack_depthwise_weight_nchwc",
+]
+
+
+def _blocks(channels: int, block: int, op: str, what: str) -> int:
+    check(block >= 1 and channels % block == 0, op,
+          f"{what} {channels} is not a multiple of the block {block}")
+    return channels // block
+
+
+# ---------------------------------------------------------------------------------------------
+# transforms
+# ---------------------------------------------------------------------------------------------
+
+def te_layout_to_blocked(data: te.Tensor, block: int, name: str = "layout_to_blocked"
+                         ) -> te.Tensor:
+    """[N, C, H, W] -> [N, C / block, H, W, block]."""
+    op = "layout_to_blocked"
+    check(data.ndim == 4, op, f"data must be NCHW, got shape {data.shape}")
+    n, c, h, w = data.shape
+    outer = _blocks(c, block, op, "channel count")
+    return te.compute((n, outer, h, w, block),
+                      lambda i, co, y, x, ci: data[i, co * block + ci, y, x], name=name)
+
+
+def ref_layout_to_blocked(data: np.ndarray, block: int) -> np.ndarray:
+    n, c, h, w = data.shape
+    return np.ascontiguousarray(
+        data.reshape(n, _blocks(c, block, "layout_to_blocked", "channel count"), block, h, w)
+        .transpose(0, 1, 3, 4, 2))
+
+
+def te_layout_from_blocked(data: te.Tensor, name: str = "layout_from_blocked") -> te.Tensor:
+    """[N, C / b, H, W, b] -> [N, C, H, W]."""
+    op = "layout_from_blocked"
+    check(data.ndim == 5, op, f"data must be NCHW[b]c, got shape {data.shape}")
+    n, outer, h, w, block = data.shape
+    return te.compute((n, outer * block, h, w),
+                      lambda i, c, y, x: data[i, c // block, y, x, c % block], name=name)
+
+
+def ref_layout_from_blocked(data: np.ndarray) -> np.ndarray:
+    n, outer, h, w, block = data.shape
+    return np.ascontiguousarray(data.transpose(0, 1, 4, 2, 3).reshape(n, outer * block, h, w))
+
+
+# ---------------------------------------------------------------------------------------------
+# convolutions
+# ---------------------------------------------------------------------------------------------
+
+def pack_conv2d_weight_nchwc(weight: np.ndarray, in_block: int, out_block: int) -> np.ndarray:
+    """OIHW [K, C, R, S] -> [K / kb, C / cb, R, S, cb, kb]."""
+    op = "pack_conv2d_weight_nchwc"
+    k, c, r, s = weight.shape
+    ko = _blocks(k, out_block, op, "output channel count")
+    co = _blocks(c, in_block, op, "input channel count")
+    return np.ascontiguousarray(weight.reshape(ko, out_block, co, in_block, r, s)
+                                .transpose(0, 2, 4, 5, 3, 1))
+
+
+def pack_depthwise_weight_nchwc(weight: np.ndarray, block: int) -> np.ndarray:
+    """[C, 1, R, S] -> [C / b, R, S, b]."""
+    op = "pack_depthwise_weight_nchwc"
+    c, mult, r, s = weight.shape
+    check(mult == 1, op, f"only a channel multiplier of 1 is supported, got {mult}")
+    return np.ascontiguousarray(weight.reshape(_blocks(c, block, op, "channel count"), block,
+                                               r, s).transpose(0, 2, 3, 1))
+
+
+def _spatial(op, data, r, s, stride, padding, dilation):
+    sh, sw = pair(stride, op, "stride")
+    dh, dw = pair(dilation, op, "dilation")
+    pt, pl, pb, pr = padding4(padding, op)
+    h, w = data.shape[2:4]
+    oh = conv_out_size(h, pt, pb, r, sh, dh, op, "height")
+    ow = conv_out_size(w, pl, pr, s, sw, dw, op, "width")
+    padded = pad_nd(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), name="pad_data")
+    return padded, oh, ow, (sh, sw), (dh, dw)
+
+
+def te_conv2d_nchwc(data: te.Tensor, weight: te.Tensor, stride=1, padding=0, dilation=1,
+                    name: str = "conv2d_nchwc") -> te.Tensor:
+    """data [N, C/cb, H, W, cb], weight [K/kb, C/cb, R, S, cb, kb] -> [N, K/kb, OH, OW, kb]."""
+    op = "conv2d_nchwc"
+    check(data.ndim == 5 and weight.ndim == 6, op,
+          f"data must be rank 5 (NCHW[b]c) and weight rank 6, got {data.shape} and "
+          f"{weight.shape}")
+    check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
+    n, co, _, _, cb = data.shape
+    ko, wco, r, s, wcb, kb = weight.shape
+    check((wco, wcb) == (co, cb), op,
+          f"weight {weight.shape} does not match data {data.shape} (input blocks {co} x {cb})")
+    padded, oh, ow, (sh, sw), (dh, dw) = _spatial(op, data, r, s, stride, padding, dilation)
+    rco = te.reduce_axis(co, name="rco")
+    ry = te.reduce_axis(r, name="ry")
+    rx = te.reduce_axis(s, name="rx")
+    rci = te.reduce_axis(cb, name="rci")
+    return te.compute(
+        (n, ko, oh, ow, kb),
+        lambda i, k, y, x, kk: te.sum(
+            padded[i, rco, y * sh + ry * dh, x * sw + rx * dw, rci]
+            * weight[k, rco, ry, rx, rci, kk], axis=[rco, ry, rx, rci]),
+        name=name)
+
+
+def ref_conv2d_nchwc(data: np.ndarray, weight: np.ndarray, stride=1, padding=0, dilation=1
+                     ) -> np.ndarray:
+    ko, co, r, s, cb, kb = weight.shape
+    plain_w = weight.transpose(0, 5, 1, 4, 2, 3).reshape(ko * kb, co * cb, r, s)
+    out = ref_conv2d_nchw(ref_layout_from_blocked(data), plain_w, stride, padding, dilation)
+    return ref_layout_to_blocked(out, kb)
+
+
+def te_depthwise_conv2d_nchwc(data: te.Tensor, weight: te.Tensor, stride=1, padding=0,
+                              dilation=1, name: str = "depthwise_conv2d_nchwc") -> te.Tensor:
+    """data [N, C/b, H, W, b], weight [C/b, R, S, b] -> [N, C/b, OH, OW, b]."""
+    op = "depthwise_conv2d_nchwc"
+    check(data.ndim == 5 and weight.ndim == 4, op,
+          f"data must be rank 5 (NCHW[b]c) and weight rank 4, got {data.shape} and "
+          f"{weight.shape}")
+    check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
+    n, co, _, _, b = data.shape
+    wco, r, s, wb = weight.shape
+    check((wco, wb) == (co, b), op, f"weight {weight.shape} does not match data {data.shape}")
+    padded, oh, ow, (sh, sw), (dh, dw) = _spatial(op, data, r, s, stride, padding, dilation)
+    ry = te.reduce_axis(r, name="ry")
+    rx = te.reduce_axis(s, name="rx")
+    return te.compute(
+        (n, co, oh, ow, b),
+        lambda i, c, y, x, cc: te.sum(
+            padded[i, c, y * sh + ry * dh, x * sw + rx * dw, cc] * weight[c, ry, rx, cc],
+            axis=[ry, rx]),
+        name=name)
+
+
+def ref_depthwise_conv2d_nchwc(data: np.ndarray, weight: np.ndarray, stride=1, padding=0,
+                               dilation=1) -> np.ndarray:
+    co, r, s, b = weight.shape
+    plain_w = weight.transpose(0, 3, 1, 2).reshape(co * b, 1, r, s)
+    out = ref_conv2d_nchw(ref_layout_from_blocked(data), plain_w, stride, padding, dilation,
+                          co * b)
+    return ref_layout_to_blocked(out, b)
