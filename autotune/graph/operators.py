@@ -454,13 +454,15 @@ _register("winograd_output_cols", REDUCTION, (2, 2), _winograd_output_cols_infer
 def _conv_nchwc_infer(types, attrs):
     op = "conv2d_nchwc"
     data, weight = types
-    _check(len(data.shape) == 5 and len(weight.shape) == 6, op,
-           f"data must be NCHW[b]c (rank 5) and weight rank 6, got {data.shape} and "
-           f"{weight.shape}")
+    _check(len(data.shape) in (4, 5) and len(weight.shape) == 6, op,
+           f"data must be NCHW[b]c (rank 5) or NCHW (rank 4) and weight rank 6, got "
+           f"{data.shape} and {weight.shape}")
     _check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
-    n, co, h, w, cb = data.shape
     ko, wco, r, s, wcb, kb = weight.shape
-    _check((wco, wcb) == (co, cb), op,
+    # NCHW data is read in place as blocks of the weight's input block.
+    n, h, w = data.shape[0], data.shape[2], data.shape[3]
+    co, cb = (data.shape[1], data.shape[4]) if len(data.shape) == 5 else (wco, wcb)
+    _check((wco, wcb) == (co, cb) and (len(data.shape) == 5 or data.shape[1] == co * cb), op,
            f"weight {weight.shape} does not match data {data.shape} (input blocks {co} x {cb})")
     oh, ow = _conv_out(op, h, w, r, s, attrs)
     return TensorType((n, ko, oh, ow, kb), data.dtype)

@@ -352,9 +352,10 @@ def blocked_layout(model: Model, block: int = LAYOUT_BLOCK) -> Model:
     blocked_blocks: dict[str, int] = {}   # NCHW value -> its twin's block
     plain = set(model.inputs) | set(constants)   # values that exist in NCHW
 
+    laid_out: dict[tuple[str, int], str] = {}   # (constant, block) -> its blocked copy
+
     def fresh(base: str) -> str:
         return _fresh_name(base, constants, model.types, blocked.values())
-
 
     def make_plain(value: str) -> None:
         if value not in plain:
@@ -384,12 +385,13 @@ def blocked_layout(model: Model, block: int = LAYOUT_BLOCK) -> Model:
         if array.size == 1:
             return value
         c = shape[1]
-        if array.shape in ((c, 1, 1), (1, c, 1, 1)):
-            name = fresh(f"{value}_blocked{b}")
+        if array.shape not in ((c, 1, 1), (1, c, 1, 1)):
+            return None
+        if (value, b) not in laid_out:
+            name = laid_out[value, b] = fresh(f"{value}_blocked{b}")
             constants[name] = contiguous(ref_layout_to_blocked(array.reshape(1, c, 1, 1), b)
                                          .reshape(c // b, 1, 1, b))
-            return name
-        return None
+        return laid_out[value, b]
 
     for node in model.nodes:
         blocks = _layout_blocks(model, node, block)
@@ -403,8 +405,11 @@ def blocked_layout(model: Model, block: int = LAYOUT_BLOCK) -> Model:
                                            else pack_conv2d_weight_nchwc(weight, cb, kb))
             out = fresh(f"{node.output}_blocked{kb}")
             attrs = {key: node.attrs[key] for key in ("strides", "pads", "dilations")}
+            # An NCHW input of one block (an image) is read in place, not laid out first.
+            data = x if (not depthwise and x not in blocked and
+                         cb == model.types[x].shape[1]) else make_blocked(x, cb)
             nodes.append(Node("depthwise_conv2d_nchwc" if depthwise else "conv2d_nchwc",
-                              (make_blocked(x, cb), packed), out, attrs, node.name))
+                              (data, packed), out, attrs, node.name))
             blocked[node.output], blocked_blocks[node.output] = out, kb
             continue
         shape = model.types[node.output].shape

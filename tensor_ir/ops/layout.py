@@ -7,10 +7,10 @@ AVX-512 vector, so that a convolution vectorises along the channels whatever the
 stride-2 depthwise convolution along the width reads every other element).
 
 * ``te_layout_to_blocked(data, b)`` / ``te_layout_from_blocked(data)``: the transforms.
-* ``te_conv2d_nchwc(data, weight, ...)``: data [N, C/cb, H, W, cb], weight
-  [K/kb, C/cb, R, S, cb, kb] (``pack_conv2d_weight_nchwc`` lays out an OIHW weight) ->
-  [N, K/kb, OH, OW, kb].  The input block cb and the output block kb may differ: an image
-  of 3 channels is one block of 3.
+* ``te_conv2d_nchwc(data, weight, ...)``: data [N, C/cb, H, W, cb] (or NCHW, read in
+  place), weight [K/kb, C/cb, R, S, cb, kb] (``pack_conv2d_weight_nchwc`` lays out an OIHW
+  weight) -> [N, K/kb, OH, OW, kb].  The input block cb and the output block kb may differ:
+  an image of 3 channels is one block of 3.
 * ``te_depthwise_conv2d_nchwc(data, weight, ...)``: data [N, C/b, H, W, b], weight
   [C/b, R, S, b] (``pack_depthwise_weight_nchwc`` from [C, 1, R, S]) -> [N, C/b, OH, OW, b].
 
@@ -104,32 +104,44 @@ def _spatial(op, data, r, s, stride, padding, dilation):
     h, w = data.shape[2:4]
     oh = conv_out_size(h, pt, pb, r, sh, dh, op, "height")
     ow = conv_out_size(w, pl, pr, s, sw, dw, op, "width")
-    padded = pad_nd(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0), name="pad_data")
+    rest = (0,) * (data.ndim - 4)   # the block axis of blocked data
+    padded = pad_nd(data, (0, 0, pt, pl) + rest, (0, 0, pb, pr) + rest, name="pad_data")
     return padded, oh, ow, (sh, sw), (dh, dw)
 
 
 def te_conv2d_nchwc(data: te.Tensor, weight: te.Tensor, stride=1, padding=0, dilation=1,
                     name: str = "conv2d_nchwc") -> te.Tensor:
-    """data [N, C/cb, H, W, cb], weight [K/kb, C/cb, R, S, cb, kb] -> [N, K/kb, OH, OW, kb]."""
+    """data [N, C/cb, H, W, cb], weight [K/kb, C/cb, R, S, cb, kb] -> [N, K/kb, OH, OW, kb].
+
+    ``data`` may also be NCHW [N, C, H, W], read in place as blocks of cb channels: a model's
+    image enters the blocked layout through its first convolution, with no transform of its
+    own."""
     op = "conv2d_nchwc"
-    check(data.ndim == 5 and weight.ndim == 6, op,
-          f"data must be rank 5 (NCHW[b]c) and weight rank 6, got {data.shape} and "
-          f"{weight.shape}")
+    check(data.ndim in (4, 5) and weight.ndim == 6, op,
+          f"data must be rank 5 (NCHW[b]c) or 4 (NCHW) and weight rank 6, got {data.shape} "
+          f"and {weight.shape}")
     check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
-    n, co, _, _, cb = data.shape
     ko, wco, r, s, wcb, kb = weight.shape
-    check((wco, wcb) == (co, cb), op,
+    n = data.shape[0]
+    co, cb = (data.shape[1], data.shape[4]) if data.ndim == 5 else (wco, wcb)
+    check((wco, wcb) == (co, cb) and (data.ndim == 5 or data.shape[1] == co * cb), op,
           f"weight {weight.shape} does not match data {data.shape} (input blocks {co} x {cb})")
     padded, oh, ow, (sh, sw), (dh, dw) = _spatial(op, data, r, s, stride, padding, dilation)
     rco = te.reduce_axis(co, name="rco")
     ry = te.reduce_axis(r, name="ry")
     rx = te.reduce_axis(s, name="rx")
     rci = te.reduce_axis(cb, name="rci")
+
+    def read(i, y, x):
+        if data.ndim == 5:
+            return padded[i, rco, y, x, rci]
+        return padded[i, rco * cb + rci, y, x]
+
     return te.compute(
         (n, ko, oh, ow, kb),
         lambda i, k, y, x, kk: te.sum(
-            padded[i, rco, y * sh + ry * dh, x * sw + rx * dw, rci]
-            * weight[k, rco, ry, rx, rci, kk], axis=[rco, ry, rx, rci]),
+            read(i, y * sh + ry * dh, x * sw + rx * dw) * weight[k, rco, ry, rx, rci, kk],
+            axis=[rco, ry, rx, rci]),
         name=name)
 
 
@@ -137,8 +149,8 @@ def ref_conv2d_nchwc(data: np.ndarray, weight: np.ndarray, stride=1, padding=0, 
                      ) -> np.ndarray:
     ko, co, r, s, cb, kb = weight.shape
     plain_w = weight.transpose(0, 5, 1, 4, 2, 3).reshape(ko * kb, co * cb, r, s)
-    out = ref_conv2d_nchw(ref_layout_from_blocked(data), plain_w, stride, padding, dilation)
-    return ref_layout_to_blocked(out, kb)
+    plain = data if data.ndim == 4 else ref_layout_from_blocked(data)
+    return ref_layout_to_blocked(ref_conv2d_nchw(plain, plain_w, stride, padding, dilation), kb)
 
 
 def te_depthwise_conv2d_nchwc(data: te.Tensor, weight: te.Tensor, stride=1, padding=0,

@@ -65,12 +65,16 @@ def test_conv2d_nchwc_is_the_nchw_convolution_in_blocks(case):
     assert wb.shape == (k // kb, c // cb, r, r, cb, kb)
     np.testing.assert_allclose(ref_conv2d_nchwc(xb, wb, stride, pads), want, rtol=1e-5,
                                atol=1e-5)
-    data = te.placeholder(xb.shape, "float32", name="data")
-    weight = te.placeholder(wb.shape, "float32", name="weight")
-    out = te_conv2d_nchwc(data, weight, stride, pads)
-    assert tuple(out.shape) == want.shape
-    _check_under_schedules(te.create_prim_func([data, weight, out], name="conv"), (xb, wb),
-                           want)
+    # Blocked data, and NCHW data read in place as blocks of cb channels.
+    np.testing.assert_allclose(ref_conv2d_nchwc(x, wb, stride, pads), want, rtol=1e-5,
+                               atol=1e-5)
+    for d in (xb, x):
+        data = te.placeholder(d.shape, "float32", name="data")
+        weight = te.placeholder(wb.shape, "float32", name="weight")
+        out = te_conv2d_nchwc(data, weight, stride, pads)
+        assert tuple(out.shape) == want.shape
+        _check_under_schedules(te.create_prim_func([data, weight, out], name="conv"), (d, wb),
+                               want)
 
 
 @pytest.mark.parametrize("stride, pads", [(1, (1, 1, 1, 1)), (2, (1, 1, 1, 1)),
@@ -97,6 +101,9 @@ def test_library_shape_errors_name_the_operator():
     data = te.placeholder((1, 2, 5, 5, 8), "float32", name="data")
     with pytest.raises(TEError, match=r"conv2d_nchwc: weight .* does not match data"):
         te_conv2d_nchwc(data, te.placeholder((1, 2, 3, 3, 4, 8), "float32", name="w"))
+    with pytest.raises(TEError, match=r"conv2d_nchwc: weight .* does not match data"):
+        te_conv2d_nchwc(te.placeholder((1, 12, 5, 5), "float32", name="nchw"),
+                        te.placeholder((1, 2, 3, 3, 4, 8), "float32", name="w"))
     with pytest.raises(TEError, match=r"depthwise_conv2d_nchwc: weight .* does not match"):
         te_depthwise_conv2d_nchwc(data, te.placeholder((2, 3, 3, 16), "float32", name="w"))
     with pytest.raises(TEError, match="only a channel multiplier of 1"):
@@ -117,6 +124,8 @@ def test_graph_shape_errors_name_the_operator():
     w = b.constant(np.zeros((2, 2, 1, 1, 4, 8), np.float32), "w")
     with pytest.raises(GraphError, match=r"conv2d_nchwc: weight \(2, 2, 1, 1, 4, 8\) does not"):
         b.op("conv2d_nchwc", [xb, w], **conv)
+    with pytest.raises(GraphError, match=r"conv2d_nchwc: weight \(2, 2, 1, 1, 4, 8\) does not"):
+        b.op("conv2d_nchwc", [x, w], **conv)        # NCHW data: 12 channels, not 2 x 4
     dw = b.constant(np.zeros((3, 3, 3, 8), np.float32), "dw")
     with pytest.raises(GraphError, match=r"depthwise_conv2d_nchwc: weight .* does not match"):
         b.op("depthwise_conv2d_nchwc", [xb, dw], **conv)
@@ -156,10 +165,10 @@ def test_pass_blocks_the_convolutions_and_keeps_activations_blocked_between_them
     ops = [n.op for n in blocked.nodes]
     assert ops.count("conv2d_nchwc") == 3 and ops.count("depthwise_conv2d_nchwc") == 1
     assert ops.count("conv2d") == 1                       # the grouped convolution
-    # In once (the image, a block of its 3 channels), out once (before the grouped conv).
-    assert ops.count("layout_to_blocked") == 1 and ops.count("layout_from_blocked") == 1
-    types = {n.op: blocked.types[n.output].shape for n in blocked.nodes}
-    assert types["layout_to_blocked"] == (1, 1, 12, 12, 3)
+    # The stem reads the image (one block of its 3 channels) in place; out once (before
+    # the grouped conv).
+    assert ops.count("layout_to_blocked") == 0 and ops.count("layout_from_blocked") == 1
+    assert blocked.nodes[0].op == "conv2d_nchwc" and blocked.nodes[0].inputs[0] == "input"
     # 24 channels: blocks of 8; 144: blocks of 16.
     shapes = [blocked.types[n.output].shape for n in blocked.nodes if n.op == "conv2d_nchwc"]
     assert shapes == [(1, 3, 6, 6, 8), (1, 9, 6, 6, 16), (1, 3, 6, 6, 8)]
@@ -169,7 +178,7 @@ def test_pass_blocks_the_convolutions_and_keeps_activations_blocked_between_them
                                atol=1e-5 * np.abs(want).max())
     # The epilogues (bias, clip, residual add) fuse into the blocked convolutions.
     names = [g.name for g in fuse_ops(blocked) if g.kind != "view"]
-    assert names == ["fused_layout_to_blocked", "fused_conv2d_nchwc_add_clip",
+    assert names == ["fused_conv2d_nchwc_add_clip",
                      "fused_conv2d_nchwc_add_clip", "fused_depthwise_conv2d_nchwc_add_clip",
                      "fused_conv2d_nchwc_add_add", "fused_layout_from_blocked",
                      "fused_conv2d_add_clip", "fused_global_avg_pool2d"]
