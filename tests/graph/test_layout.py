@@ -169,9 +169,9 @@ def test_pass_blocks_the_convolutions_and_keeps_activations_blocked_between_them
     # the grouped conv).
     assert ops.count("layout_to_blocked") == 0 and ops.count("layout_from_blocked") == 1
     assert blocked.nodes[0].op == "conv2d_nchwc" and blocked.nodes[0].inputs[0] == "input"
-    # 24 channels: blocks of 8; 144: blocks of 16.
+    # 24 channels: one block of 24; 144: blocks of 16.
     shapes = [blocked.types[n.output].shape for n in blocked.nodes if n.op == "conv2d_nchwc"]
-    assert shapes == [(1, 3, 6, 6, 8), (1, 9, 6, 6, 16), (1, 3, 6, 6, 8)]
+    assert shapes == [(1, 1, 6, 6, 24), (1, 9, 6, 6, 16), (1, 1, 6, 6, 24)]
     inputs = random_inputs(model)
     want = model.evaluate(inputs)["output"]
     np.testing.assert_allclose(blocked.evaluate(inputs)["output"], want, rtol=1e-5,
@@ -198,6 +198,12 @@ def test_layout_policy():
     assert [g.name for g in fuse_ops(direct)] == [
         "fused_layout_to_blocked", "fused_conv2d_nchwc_add_add_relu",
         "fused_layout_from_blocked"]
+    # The block: 16 where it divides the channels, all of them below 32 channels, else 8.
+    for channels, shape in ((48, (1, 3, 6, 6, 16)), (24, (1, 1, 6, 6, 24)),
+                            (40, (1, 5, 6, 6, 8))):
+        model = optimize(conv_model(c=channels, k=channels, image=6))
+        conv = next(n for n in model.nodes if n.op == "conv2d_nchwc")
+        assert model.types[conv.output].shape == shape
     # Convolutions of fewer than 16 output channels (a block would be the whole tensor)
     # and weights given at run time stay in NCHW.
     for small in (conv_model(c=8, k=8, image=6), conv_model(c=16, k=16, image=6,
