@@ -120,3 +120,10 @@ def test_winograd_model_matches_the_direct_convolution(m):
     from ..graph.helpers import check_winograd_build
 
     check_winograd_build(_target(), m)
+
+
+@needs_gpu
+def test_blocked_layout_model_matches_the_nchw_model():
+    from ..graph.helpers import check_blocked_build
+
+    check_blocked_build(_target())

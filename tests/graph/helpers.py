@@ -67,6 +67,43 @@ def check_winograd_build(target: str, m: int) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def inverted_residual_model(c_in=24, expand=144, c_out=24, image=12, seed=0):
+    """A MobileNetV2 block and a classifier head: 3x3 stem over an image, 1x1 expand, 3x3
+    depthwise, 1x1 project + residual, a grouped (not depthwise) convolution, a pooling."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("inverted_residual")
+    x = b.input("input", (1, 3, image, image))
+
+    def conv(v, k, c, kernel, groups=1, stride=1, act=True):
+        w = b.constant(rng.normal(0, 0.2, (k, c // groups, kernel, kernel)).astype(np.float32),
+                       "w")
+        y = b.op("conv2d", [v, w], strides=(stride, stride), pads=(kernel // 2,) * 4,
+                 dilations=(1, 1), groups=groups)
+        y = b.op("add", [y, b.constant(rng.normal(0, 0.1, (k, 1, 1)).astype(np.float32),
+                                       "bias")])
+        return b.op("clip", [y], min=0.0, max=6.0) if act else y
+
+    stem = conv(x, c_in, 3, 3, stride=2)
+    y = conv(stem, expand, c_in, 1)
+    y = conv(y, expand, expand, 3, groups=expand)
+    y = conv(y, c_out, expand, 1, act=False)
+    y = b.op("add", [y, stem])
+    y = conv(y, 2 * c_out, c_out, 3, groups=2)            # grouped: stays NCHW
+    b.output(b.op("global_avg_pool2d", [y]), "output")
+    return b.build()
+
+
+def check_blocked_build(target: str) -> None:
+    """A model in the blocked channel layout (``inverted_residual_model``) built for
+    ``target`` gives what its NCHW form gives on the CPU."""
+    model = inverted_residual_model(image=14)
+    assert "depthwise_conv2d_nchwc" in [node.op for node in optimize(model).nodes]
+    inputs = random_inputs(model)
+    want = build_model(optimize(model, layout="NCHW"), "llvm").run(inputs)["output"]
+    got = build_model(model, target).run(inputs)["output"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
 def random_inputs(model: Model, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     return {name: rng.uniform(-1, 1, t.shape).astype(t.dtype)

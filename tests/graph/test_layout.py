@@ -19,7 +19,7 @@ from tensor_ir.ops import (
     te_conv2d_nchwc, te_depthwise_conv2d_nchwc, te_layout_from_blocked, te_layout_to_blocked,
 )
 
-from .helpers import TARGET, conv_model, random_inputs, sampled_lookup
+from .helpers import TARGET, conv_model, inverted_residual_model, random_inputs, sampled_lookup
 
 
 def _check_under_schedules(func, args, want):
@@ -133,34 +133,8 @@ def test_graph_shape_errors_name_the_operator():
         optimize(conv_model(c=16, k=16, image=6), layout="NHWC")
 
 
-def _inverted_residual(c_in=24, expand=144, c_out=24, image=12, seed=0):
-    """A MobileNetV2 block and a classifier head: 3x3 stem over an image, 1x1 expand, 3x3
-    depthwise, 1x1 project + residual, a grouped (not depthwise) convolution, a pooling."""
-    rng = np.random.default_rng(seed)
-    b = GraphBuilder("inverted_residual")
-    x = b.input("input", (1, 3, image, image))
-
-    def conv(v, k, c, kernel, groups=1, stride=1, act=True):
-        w = b.constant(rng.normal(0, 0.2, (k, c // groups, kernel, kernel)).astype(np.float32),
-                       "w")
-        y = b.op("conv2d", [v, w], strides=(stride, stride), pads=(kernel // 2,) * 4,
-                 dilations=(1, 1), groups=groups)
-        y = b.op("add", [y, b.constant(rng.normal(0, 0.1, (k, 1, 1)).astype(np.float32),
-                                       "bias")])
-        return b.op("clip", [y], min=0.0, max=6.0) if act else y
-
-    stem = conv(x, c_in, 3, 3, stride=2)
-    y = conv(stem, expand, c_in, 1)
-    y = conv(y, expand, expand, 3, groups=expand)
-    y = conv(y, c_out, expand, 1, act=False)
-    y = b.op("add", [y, stem])
-    y = conv(y, 2 * c_out, c_out, 3, groups=2)            # grouped: stays NCHW
-    b.output(b.op("global_avg_pool2d", [y]), "output")
-    return b.build()
-
-
 def test_pass_blocks_the_convolutions_and_keeps_activations_blocked_between_them():
-    model = _inverted_residual()
+    model = inverted_residual_model()
     blocked = blocked_layout(optimize(model, layout="NCHW"))
     ops = [n.op for n in blocked.nodes]
     assert ops.count("conv2d_nchwc") == 3 and ops.count("depthwise_conv2d_nchwc") == 1
@@ -187,7 +161,7 @@ def test_pass_blocks_the_convolutions_and_keeps_activations_blocked_between_them
 
 
 def test_layout_policy():
-    model = _inverted_residual()
+    model = inverted_residual_model()
     assert "conv2d_nchwc" in [n.op for n in optimize(model).nodes]          # auto: blocked
     assert "conv2d_nchwc" not in [n.op for n in optimize(model, layout="NCHW").nodes]
     # A Winograd convolution reads and writes NCHW: auto keeps such a model in NCHW ...
@@ -212,7 +186,7 @@ def test_layout_policy():
 
 
 def test_blocked_weights_are_task_constants():
-    tasks = {t.name: t for t in extract_tasks(_inverted_residual())}
+    tasks = {t.name: t for t in extract_tasks(inverted_residual_model())}
     assert tasks["fused_depthwise_conv2d_nchwc_add_clip"].weight_params == frozenset({1, 2})
     assert tasks["fused_conv2d_nchwc_add_add"].weight_params >= frozenset({1, 2})
 
@@ -220,7 +194,7 @@ def test_blocked_weights_are_task_constants():
 @pytest.mark.parametrize("lookup", [None, "sampled"])
 def test_built_blocked_model_matches_numpy(lookup):
     """Built with the default schedules, and with random schedules for every kernel."""
-    model = _inverted_residual(image=14)
+    model = inverted_residual_model(image=14)
     inputs = random_inputs(model)
     want = model.evaluate(inputs)["output"]
     lib = build_model(model, TARGET, lookup=None if lookup is None else sampled_lookup(seed=4),
