@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from tensor_ir import ops, te
+from tensor_ir.errors import TEError
 from tensor_ir.ops.elemwise import erf_numpy
 from tensor_ir.ops.utils import broadcast_shape
 
@@ -304,15 +305,6 @@ _register("where", BROADCAST, (3, 3), _where_infer,
 # compute-heavy: conv2d, matmul
 # ---------------------------------------------------------------------------------------------
 
-def _conv_out(op, h, w, r, s, attrs):
-    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
-    pt, pl, pb, pr = attrs["pads"]
-    oh = (h + pt + pb - dh * (r - 1) - 1) // sh + 1
-    ow = (w + pl + pr - dw * (s - 1) - 1) // sw + 1
-    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
-    return oh, ow
-
-
 def _conv_infer(types, attrs):
     op = "conv2d"
     data, weight = types
@@ -323,7 +315,11 @@ def _conv_infer(types, attrs):
     groups = attrs.get("groups", 1)
     _check(c % groups == 0 and cg * groups == c, op,
            f"weight {weight.shape} does not match {c} input channels in {groups} group(s)")
-    oh, ow = _conv_out(op, h, w, r, s, attrs)
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    oh = (h + pt + pb - dh * (r - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (s - 1) - 1) // sw + 1
+    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
     return TensorType((n, k, oh, ow), data.dtype)
 
 
@@ -451,35 +447,18 @@ _register("winograd_output_cols", REDUCTION, (2, 2), _winograd_output_cols_infer
               attrs["width"]))
 
 
-def _conv_nchwc_infer(types, attrs):
-    op = "conv2d_nchwc"
-    data, weight = types
-    _check(len(data.shape) in (4, 5) and len(weight.shape) == 6, op,
-           f"data must be NCHW[b]c (rank 5) or NCHW (rank 4) and weight rank 6, got "
-           f"{data.shape} and {weight.shape}")
-    _check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
-    ko, wco, r, s, wcb, kb = weight.shape
-    # NCHW data is read in place as blocks of the weight's input block.
-    n, h, w = data.shape[0], data.shape[2], data.shape[3]
-    co, cb = (data.shape[1], data.shape[4]) if len(data.shape) == 5 else (wco, wcb)
-    _check((wco, wcb) == (co, cb) and (len(data.shape) == 5 or data.shape[1] == co * cb), op,
-           f"weight {weight.shape} does not match data {data.shape} (input blocks {co} x {cb})")
-    oh, ow = _conv_out(op, h, w, r, s, attrs)
-    return TensorType((n, ko, oh, ow, kb), data.dtype)
-
-
-def _depthwise_nchwc_infer(types, attrs):
-    op = "depthwise_conv2d_nchwc"
-    data, weight = types
-    _check(len(data.shape) == 5 and len(weight.shape) == 4, op,
-           f"data must be NCHW[b]c (rank 5) and weight rank 4, got {data.shape} and "
-           f"{weight.shape}")
-    _check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
-    n, co, h, w, b = data.shape
-    wco, r, s, wb = weight.shape
-    _check((wco, wb) == (co, b), op, f"weight {weight.shape} does not match data {data.shape}")
-    oh, ow = _conv_out(op, h, w, r, s, attrs)
-    return TensorType((n, co, oh, ow, b), data.dtype)
+def _nchwc_infer(op, library_shape):
+    """Shape inference of a blocked convolution: the library's own check of the operand
+    shapes (``tensor_ir.ops.layout``), its error raised as a GraphError."""
+    def infer(types, attrs):
+        data, weight = types
+        _check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
+        try:
+            shape = library_shape(data.shape, weight.shape, *_conv_nchwc_attrs(attrs))
+        except TEError as err:
+            raise GraphError(str(err)) from None
+        return TensorType(shape, data.dtype)
+    return infer
 
 
 def _conv_nchwc_attrs(attrs):
@@ -488,12 +467,14 @@ def _conv_nchwc_attrs(attrs):
 
 # Convolutions in the blocked channel layout (see tensor_ir.ops.layout); the pass
 # ``blocked_layout`` puts them in place of NCHW convolutions with their weights laid out once.
-_register("conv2d_nchwc", COMPUTE, (2, 2), _conv_nchwc_infer,
+_register("conv2d_nchwc", COMPUTE, (2, 2),
+          _nchwc_infer("conv2d_nchwc", ops.conv2d_nchwc_shape),
           lambda args, attrs, name: ops.te_conv2d_nchwc(args[0], args[1],
                                                         *_conv_nchwc_attrs(attrs), name=name),
           lambda arrays, attrs: ops.ref_conv2d_nchwc(arrays[0], arrays[1],
                                                      *_conv_nchwc_attrs(attrs)))
-_register("depthwise_conv2d_nchwc", COMPUTE, (2, 2), _depthwise_nchwc_infer,
+_register("depthwise_conv2d_nchwc", COMPUTE, (2, 2),
+          _nchwc_infer("depthwise_conv2d_nchwc", ops.depthwise_conv2d_nchwc_shape),
           lambda args, attrs, name: ops.te_depthwise_conv2d_nchwc(
               args[0], args[1], *_conv_nchwc_attrs(attrs), name=name),
           lambda arrays, attrs: ops.ref_depthwise_conv2d_nchwc(arrays[0], arrays[1],

@@ -27,8 +27,9 @@ from .utils import check, conv_out_size, pad_nd, padding4, pair
 __all__ = [
     "te_layout_to_blocked", "ref_layout_to_blocked",
     "te_layout_from_blocked", "ref_layout_from_blocked",
-    "te_conv2d_nchwc", "ref_conv2d_nchwc", "pack_conv2d_weight_nchwc",
-    "te_depthwise_conv2d_nchwc", "ref_depthwise_conv2d_nchwc", "pack_depthwise_weight_nchwc",
+    "te_conv2d_nchwc", "conv2d_nchwc_shape", "ref_conv2d_nchwc", "pack_conv2d_weight_nchwc",
+    "te_depthwise_conv2d_nchwc", "depthwise_conv2d_nchwc_shape", "ref_depthwise_conv2d_nchwc",
+    "pack_depthwise_weight_nchwc",
 ]
 
 
@@ -97,16 +98,35 @@ def pack_depthwise_weight_nchwc(weight: np.ndarray, block: int) -> np.ndarray:
                                                r, s).transpose(0, 2, 3, 1))
 
 
-def _spatial(op, data, r, s, stride, padding, dilation):
+def _out_size(op, h, w, r, s, stride, padding, dilation) -> tuple[int, int]:
     sh, sw = pair(stride, op, "stride")
     dh, dw = pair(dilation, op, "dilation")
     pt, pl, pb, pr = padding4(padding, op)
-    h, w = data.shape[2:4]
-    oh = conv_out_size(h, pt, pb, r, sh, dh, op, "height")
-    ow = conv_out_size(w, pl, pr, s, sw, dw, op, "width")
+    return (conv_out_size(h, pt, pb, r, sh, dh, op, "height"),
+            conv_out_size(w, pl, pr, s, sw, dw, op, "width"))
+
+
+def _padded(op, data, padding):
+    pt, pl, pb, pr = padding4(padding, op)
     rest = (0,) * (data.ndim - 4)   # the block axis of blocked data
-    padded = pad_nd(data, (0, 0, pt, pl) + rest, (0, 0, pb, pr) + rest, name="pad_data")
-    return padded, oh, ow, (sh, sw), (dh, dw)
+    return pad_nd(data, (0, 0, pt, pl) + rest, (0, 0, pb, pr) + rest, name="pad_data")
+
+
+def conv2d_nchwc_shape(data_shape, weight_shape, stride=1, padding=0, dilation=1
+                       ) -> tuple[int, ...]:
+    """The output shape of ``te_conv2d_nchwc`` for these operand shapes; TEError naming the
+    operator when they do not fit (the graph operator's shape inference too)."""
+    op = "conv2d_nchwc"
+    data_shape, weight_shape = tuple(data_shape), tuple(weight_shape)
+    check(len(data_shape) in (4, 5) and len(weight_shape) == 6, op,
+          f"data must be rank 5 (NCHW[b]c) or 4 (NCHW) and weight rank 6, got {data_shape} "
+          f"and {weight_shape}")
+    ko, wco, r, s, wcb, kb = weight_shape
+    co, cb = (data_shape[1], data_shape[4]) if len(data_shape) == 5 else (wco, wcb)
+    check((wco, wcb) == (co, cb) and (len(data_shape) == 5 or data_shape[1] == co * cb), op,
+          f"weight {weight_shape} does not match data {data_shape} (input blocks {co} x {cb})")
+    oh, ow = _out_size(op, data_shape[2], data_shape[3], r, s, stride, padding, dilation)
+    return (data_shape[0], ko, oh, ow, kb)
 
 
 def te_conv2d_nchwc(data: te.Tensor, weight: te.Tensor, stride=1, padding=0, dilation=1,
@@ -117,16 +137,11 @@ def te_conv2d_nchwc(data: te.Tensor, weight: te.Tensor, stride=1, padding=0, dil
     image enters the blocked layout through its first convolution, with no transform of its
     own."""
     op = "conv2d_nchwc"
-    check(data.ndim in (4, 5) and weight.ndim == 6, op,
-          f"data must be rank 5 (NCHW[b]c) or 4 (NCHW) and weight rank 6, got {data.shape} "
-          f"and {weight.shape}")
+    shape = conv2d_nchwc_shape(data.shape, weight.shape, stride, padding, dilation)
     check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
-    ko, wco, r, s, wcb, kb = weight.shape
-    n = data.shape[0]
-    co, cb = (data.shape[1], data.shape[4]) if data.ndim == 5 else (wco, wcb)
-    check((wco, wcb) == (co, cb) and (data.ndim == 5 or data.shape[1] == co * cb), op,
-          f"weight {weight.shape} does not match data {data.shape} (input blocks {co} x {cb})")
-    padded, oh, ow, (sh, sw), (dh, dw) = _spatial(op, data, r, s, stride, padding, dilation)
+    _, co, r, s, cb, _ = weight.shape
+    (sh, sw), (dh, dw) = pair(stride, op, "stride"), pair(dilation, op, "dilation")
+    padded = _padded(op, data, padding)
     rco = te.reduce_axis(co, name="rco")
     ry = te.reduce_axis(r, name="ry")
     rx = te.reduce_axis(s, name="rx")
@@ -138,7 +153,7 @@ def te_conv2d_nchwc(data: te.Tensor, weight: te.Tensor, stride=1, padding=0, dil
         return padded[i, rco * cb + rci, y, x]
 
     return te.compute(
-        (n, ko, oh, ow, kb),
+        shape,
         lambda i, k, y, x, kk: te.sum(
             read(i, y * sh + ry * dh, x * sw + rx * dw) * weight[k, rco, ry, rx, rci, kk],
             axis=[rco, ry, rx, rci]),
@@ -153,22 +168,35 @@ def ref_conv2d_nchwc(data: np.ndarray, weight: np.ndarray, stride=1, padding=0, 
     return ref_layout_to_blocked(ref_conv2d_nchw(plain, plain_w, stride, padding, dilation), kb)
 
 
+def depthwise_conv2d_nchwc_shape(data_shape, weight_shape, stride=1, padding=0, dilation=1
+                                 ) -> tuple[int, ...]:
+    """The output shape of ``te_depthwise_conv2d_nchwc`` for these operand shapes; TEError
+    naming the operator when they do not fit."""
+    op = "depthwise_conv2d_nchwc"
+    data_shape, weight_shape = tuple(data_shape), tuple(weight_shape)
+    check(len(data_shape) == 5 and len(weight_shape) == 4, op,
+          f"data must be rank 5 (NCHW[b]c) and weight rank 4, got {data_shape} and "
+          f"{weight_shape}")
+    n, co, h, w, b = data_shape
+    wco, r, s, wb = weight_shape
+    check((wco, wb) == (co, b), op, f"weight {weight_shape} does not match data {data_shape}")
+    oh, ow = _out_size(op, h, w, r, s, stride, padding, dilation)
+    return (n, co, oh, ow, b)
+
+
 def te_depthwise_conv2d_nchwc(data: te.Tensor, weight: te.Tensor, stride=1, padding=0,
                               dilation=1, name: str = "depthwise_conv2d_nchwc") -> te.Tensor:
     """data [N, C/b, H, W, b], weight [C/b, R, S, b] -> [N, C/b, OH, OW, b]."""
     op = "depthwise_conv2d_nchwc"
-    check(data.ndim == 5 and weight.ndim == 4, op,
-          f"data must be rank 5 (NCHW[b]c) and weight rank 4, got {data.shape} and "
-          f"{weight.shape}")
+    shape = depthwise_conv2d_nchwc_shape(data.shape, weight.shape, stride, padding, dilation)
     check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
-    n, co, _, _, b = data.shape
-    wco, r, s, wb = weight.shape
-    check((wco, wb) == (co, b), op, f"weight {weight.shape} does not match data {data.shape}")
-    padded, oh, ow, (sh, sw), (dh, dw) = _spatial(op, data, r, s, stride, padding, dilation)
+    _, r, s, _ = weight.shape
+    (sh, sw), (dh, dw) = pair(stride, op, "stride"), pair(dilation, op, "dilation")
+    padded = _padded(op, data, padding)
     ry = te.reduce_axis(r, name="ry")
     rx = te.reduce_axis(s, name="rx")
     return te.compute(
-        (n, co, oh, ow, b),
+        shape,
         lambda i, c, y, x, cc: te.sum(
             padded[i, c, y * sh + ry * dh, x * sw + rx * dw, cc] * weight[c, ry, rx, cc],
             axis=[ry, rx]),
