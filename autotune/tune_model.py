@@ -304,7 +304,10 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
             return tuning_loop(task.func, target, db, builder, runner, settings,
                                search.create(strategy, seed=task_seed), model,
                                measure_config=config, log=log,
-                               weight_params=task.weight_params, cold_weights=cold)
+                               weight_params=task.weight_params, cold_weights=cold,
+                               # Activations as their producer leaves them (see
+                               # MeasureInput.fresh_inputs); a CPU runner's protocol.
+                               fresh_inputs=target.kind == "llvm")
 
         # 3. Search.
         scheduler = TaskScheduler(

@@ -121,7 +121,11 @@ class MeasureInput:
     autotune.prepack), so a CPU builder and runner time the candidate without that packing:
     the runner packs the workload's array once, before the timed calls.  ``cold_weights``:
     those weights are read from memory on every call in the model (its weights do not stay
-    in the last-level cache), so a CPU runner times each call on weights not in cache."""
+    in the last-level cache), so a CPU runner times each call on weights not in cache.
+    ``fresh_inputs``: the candidate runs in a model, where each activation input (a parameter
+    read and not a weight) was written by the kernel before it, so a CPU runner rewrites
+    those inputs before each timed call (outside the time) rather than timing calls that
+    re-read inputs their predecessor call left in cache."""
 
     func: PrimFunc
     target: Target
@@ -129,6 +133,7 @@ class MeasureInput:
     reference: PrimFunc | None = None
     weight_params: tuple[int, ...] = ()
     cold_weights: bool = False
+    fresh_inputs: bool = False
 
     def __post_init__(self):
         if isinstance(self.target, str):
@@ -148,9 +153,10 @@ class MeasureInput:
             raise ValueError(f"MeasureInput.weight_params must be indices of the function's "
                              f"{len(self.func.params)} parameters, got {self.weight_params!r}")
         object.__setattr__(self, "weight_params", tuple(sorted(set(indices))))
-        if not isinstance(self.cold_weights, bool):
-            raise TypeError(f"MeasureInput.cold_weights must be a bool, got "
-                            f"{type(self.cold_weights).__name__}")
+        for name in ("cold_weights", "fresh_inputs"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"MeasureInput.{name} must be a bool, got "
+                                f"{type(getattr(self, name)).__name__}")
 
 
 @dataclass(frozen=True)

@@ -321,7 +321,8 @@ class Measurer:
         inp = MeasureInput(PrimFunc.from_json(request["func"]), target, key,
                            reference=self._references.get(key),
                            weight_params=tuple(request.get("weight_params", ())),
-                           cold_weights=bool(request.get("cold_weights", False)))
+                           cold_weights=bool(request.get("cold_weights", False)),
+                           fresh_inputs=bool(request.get("fresh_inputs", False)))
         # A folder per candidate, marked with this process: the cluster ends actors with
         # ray.kill (no close() runs), and the next builder or actor on the node sweeps it.
         folder = make_build_dir()
@@ -510,7 +511,7 @@ class RayRunner(SequentialRunner):
         key = inp.workload_key
         request = {"key": key, "target": canonical_target(inp.target),
                    "func": inp.func.to_json(), "weight_params": list(inp.weight_params),
-                   "cold_weights": inp.cold_weights,
+                   "cold_weights": inp.cold_weights, "fresh_inputs": inp.fresh_inputs,
                    "artifact": artifact,
                    "suffix": os.path.splitext(build.artifact_path)[1] or ".o",
                    "build_seconds": build.build_seconds, "best": self._best.get(key)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 
 import numpy as np
 import pytest
@@ -495,3 +496,64 @@ def test_cold_weights_are_timed_and_checked_like_warm_ones(builder):
 def test_measure_input_cold_weights_is_a_bool():
     with pytest.raises(TypeError, match="cold_weights"):
         MeasureInput(REFERENCE, "llvm", KEY, weight_params=(1,), cold_weights="yes")
+
+
+# -- activations rewritten before each call, as a model's producer leaves them -------------------
+
+def test_fresh_loop_copies_before_each_call_and_times_the_calls_alone():
+    import ctypes
+
+    from autotune.measure.runner import _Harness
+    from tensor_ir.codegen import LLVMTarget, compile_module
+
+    # A kernel that counts its calls in its first argument and copies the first element of
+    # its second into its third, so that each call's view of the rewritten input is seen.
+    text = """
+define void @probe(ptr %count, ptr %src, ptr %dst) {
+  %c = load i64, ptr %count
+  %c1 = add i64 %c, 1
+  store i64 %c1, ptr %count
+  %v = load float, ptr %src
+  store float %v, ptr %dst
+  store float -1.0, ptr %src
+  ret void
+}
+"""
+    jit = compile_module(text, LLVMTarget()).jit()
+    count = np.zeros(1, dtype=np.int64)
+    big = np.zeros(16 * 2**20 // 4, dtype=np.float32)  # 16 MiB rewritten before each call
+    pristine = np.full_like(big, 3.0)
+    out = np.zeros(1, dtype=np.float32)
+    argv = (ctypes.c_void_p * 3)(count.ctypes.data, big.ctypes.data, out.ctypes.data)
+    copies = (ctypes.c_uint64 * 3)(big.ctypes.data, pristine.ctypes.data, big.nbytes)
+    harness = _Harness()  # owns the compiled loop: kept alive while it runs
+    loop = harness.fresh_loop(3)
+    start = time.perf_counter()
+    seconds = loop(jit.function_address("probe"), argv, 1, 5, copies, 1)
+    wall = time.perf_counter() - start
+    assert count[0] == 5
+    # The kernel spoils its input each call; the copy before the next call restored it.
+    assert out[0] == 3.0 and big[0] == -1.0 and big[1] == 3.0
+    # Five 16 MiB copies take milliseconds; the five calls themselves, microseconds.
+    assert 0 < seconds < wall / 10
+    # Without copies it is the plain timed loop.
+    assert loop(jit.function_address("probe"), argv, 1, 3, copies, 0) > 0
+    assert count[0] == 8
+
+
+def test_fresh_inputs_are_timed_and_checked_with_and_without_cold_weights(builder):
+    cand = _packing_candidate(REFERENCE)
+    config = dataclasses.replace(FAST, check="all")
+    inputs = [MeasureInput(cand, "llvm", KEY, reference=REFERENCE, weight_params=(1,),
+                           cold_weights=cold, fresh_inputs=True) for cold in (False, True)]
+    inputs.append(MeasureInput(REFERENCE, "llvm", KEY, reference=REFERENCE, fresh_inputs=True))
+    with LocalRunner(config) as runner:
+        results = runner.run(inputs, builder.build(inputs))
+    for result in results:
+        assert result.error_kind is None, result.error_msg
+        assert result.checked and result.median > 0
+
+
+def test_measure_input_fresh_inputs_is_a_bool():
+    with pytest.raises(TypeError, match="fresh_inputs"):
+        MeasureInput(REFERENCE, "llvm", KEY, fresh_inputs=1)

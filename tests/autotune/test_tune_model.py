@@ -233,3 +233,27 @@ def test_roofline_figures():
     assert report_mod.roofline_fraction(1e6, 1e6, math.inf, 1e12, 1e9) is None
     assert report_mod.peak_flops(
         Target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))[0] is None
+
+
+def test_tune_model_times_tasks_on_activations_written_just_before_each_call(tmp_path):
+    """In a model each kernel's inputs were just written by the kernel before it: the
+    candidates of a CPU model's tasks are measured that way (MeasureInput.fresh_inputs),
+    while a lone ``tune`` keeps re-reading its inputs."""
+    from search.simulation import SimulationBuilder, SimulationRunner
+
+    seen = []
+
+    def cost(inp):
+        seen.append(inp.fresh_inputs)
+        return 1e-3
+
+    path = write_tiny_mlp(tmp_path / "mlp.onnx")
+    autotune.tune_model(path, "llvm", trials=3, database=MemoryDatabase(), batch_size=1,
+                        builder=SimulationBuilder(), runner=SimulationRunner(cost),
+                        remeasure_top=0, build=False)
+    assert seen and all(seen)
+    seen.clear()
+    (task,) = model_tasks(autotune.load_model(path))[:1]
+    autotune.tune(task.func, "llvm", trials=2, builder=SimulationBuilder(),
+                  runner=SimulationRunner(cost), log=False, remeasure_top=0)
+    assert seen and not any(seen)
