@@ -179,7 +179,10 @@ def side_by_side(ours, theirs, rounds: int, min_seconds: float = 0.05, exported=
             3)
 
     out = {"ours_ms": ours_ms, "onnxruntime_ms": theirs_ms, "ratio": ratio("ours"),
-           "ratio_of_medians": round(ours_ms / theirs_ms, 3)}
+           "ratio_of_medians": round(ours_ms / theirs_ms, 3),
+           # Every round's latency, to tell a steady run from one that changed state.
+           "rounds_ms": {name: [round(s * 1e3, 4) for s in t["samples_s"]]
+                         for name, t in times.items()}}
     if exported is not None:
         out["exported_ms"] = times["exported"]["median_s"] * 1e3
         out["exported_ratio"] = ratio("exported")
@@ -296,6 +299,7 @@ def bench_model(name: str, args) -> dict:
                                                for k in got),
             "exported_max_abs_diff": max(float(np.max(np.abs(exported_out[k] - got[k])))
                                          for k in got),
+            "rounds_ms": both["rounds_ms"],
             "kernels": kernel_table(tuned, args.db, target)})
     return out
 

@@ -51,6 +51,11 @@ def test_e2e_prints_json_and_resumes(tmp_path):
             b["tuned_ms"] / b["onnxruntime_ms"], rel=1e-2)
         assert b["tuned_vs_onnxruntime"] > 0 and b["exported_vs_onnxruntime"] > 0
         assert b["max_abs_diff_vs_default"] < 1e-3
+        # Every round kept (a run that changed state shows it), and the medians are theirs.
+        rounds = b["rounds_ms"]
+        assert {len(v) for v in rounds.values()} == {2}
+        assert set(rounds) == {"ours", "onnxruntime", "exported"}
+        assert min(rounds["ours"]) <= b["tuned_ms"] <= max(rounds["ours"])
     # Run again: the budgets are already reached, nothing is measured.
     buf = io.StringIO()
     with redirect_stdout(buf):
