@@ -405,30 +405,52 @@ def compare_outputs(outputs: Sequence[np.ndarray], references: Sequence[np.ndarr
     return None
 
 
+# The step from one call of a timing loop to the next: call ``%i`` of ``%n`` and argument set
+# ``%j`` of ``%sets`` (the set index wraps by a compare, not a division: a few cycles a call).
+_NEXT_CALL = """  %next = add i64 %i, 1
+  %j1 = add i64 %j, 1
+  %wrap = icmp sge i64 %j1, %sets
+  %jnext = select i1 %wrap, i64 0, i64 %j1
+  %more = icmp slt i64 %next, %n"""
+
+
 class _Harness:
-    """Native helpers compiled once per worker: a loop calling a kernel ``n`` times, and (on
-    x86) a cache-line flush of an array."""
+    """Native helpers compiled once per worker: loops calling a kernel ``n`` times (plain, or
+    with inputs rewritten before each call), and (on x86) a cache-line flush of an array."""
 
     def __init__(self):
-        self._loops: dict[int, tuple] = {}
-        self._fresh_loops: dict[int, tuple] = {}
+        self._loops: dict[tuple[str, int], tuple] = {}
         self._flush = None
         self._scratch: np.ndarray | None = None
+
+    def _compiled(self, name: str, arity: int, text, restype, *argtypes):
+        """The function ``name`` of the module ``text(loads, args)``, compiled once per
+        arity; ``loads`` reads the ``arity`` pointers of the current argument set ``%set``
+        (the ``%j``-th set of ``%argv``) into ``%a0``..., ``args`` passes them to the
+        kernel; ``_NEXT_CALL`` advances call ``%i`` and set ``%j``, ``%more`` says whether
+        calls remain."""
+        entry = self._loops.get((name, arity))
+        if entry is None:
+            from tensor_ir.codegen import LLVMTarget, compile_module
+
+            loads = "\n".join(
+                [f"  %offset = mul i64 %j, {arity}",
+                 "  %set = getelementptr inbounds ptr, ptr %argv, i64 %offset"]
+                + [f"  %p{i} = getelementptr inbounds ptr, ptr %set, i64 {i}\n"
+                   f"  %a{i} = load ptr, ptr %p{i}" for i in range(arity)])
+            args = ", ".join(f"ptr %a{i}" for i in range(arity))
+            jit = compile_module(text(loads, args), LLVMTarget()).jit()
+            proto = ctypes.CFUNCTYPE(restype, *argtypes)
+            # The JIT is kept with the function: freeing it would free the code.
+            entry = self._loops[name, arity] = (jit, proto(jit.function_address(name)))
+        return entry[1]
 
     def loop(self, arity: int):
         """``time_loop(fn, argv, sets, n)``: ``n`` calls of ``fn``, call ``i`` taking the
         ``i % sets``-th of ``sets`` consecutive argument vectors of ``arity`` pointers in
         ``argv`` (one set but for weights read cold, see ``weight_sets``)."""
-        entry = self._loops.get(arity)
-        if entry is None:
-            from tensor_ir.codegen import LLVMTarget, compile_module
-
-            loads = "\n".join(
-                f"  %p{i} = getelementptr inbounds ptr, ptr %set, i64 {i}\n"
-                f"  %a{i} = load ptr, ptr %p{i}" for i in range(arity))
-            args = ", ".join(f"ptr %a{i}" for i in range(arity))
-            # The set index wraps by a compare, not a division: a few cycles a call.
-            text = f"""
+        def text(loads: str, args: str) -> str:
+            return f"""
 define void @time_loop(ptr %fn, ptr %argv, i64 %sets, i64 %n) {{
 entry:
   %go = icmp sgt i64 %n, 0
@@ -436,26 +458,16 @@ entry:
 loop:
   %i = phi i64 [0, %entry], [%next, %loop]
   %j = phi i64 [0, %entry], [%jnext, %loop]
-  %offset = mul i64 %j, {arity}
-  %set = getelementptr inbounds ptr, ptr %argv, i64 %offset
 {loads}
   call void %fn({args})
-  %next = add i64 %i, 1
-  %j1 = add i64 %j, 1
-  %wrap = icmp sge i64 %j1, %sets
-  %jnext = select i1 %wrap, i64 0, i64 %j1
-  %more = icmp slt i64 %next, %n
+{_NEXT_CALL}
   br i1 %more, label %loop, label %done
 done:
   ret void
 }}
 """
-            jit = compile_module(text, LLVMTarget()).jit()
-            proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                     ctypes.c_int64)
-            entry = (jit, proto(jit.function_address("time_loop")))
-            self._loops[arity] = entry
-        return entry[1]
+        return self._compiled("time_loop", arity, text, None, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
     def fresh_loop(self, arity: int):
         """``time_fresh(fn, argv, sets, n, copies, ncopies) -> seconds``: like ``loop``, but
@@ -464,15 +476,8 @@ done:
         the monotonic clock.  The copies put the inputs where a producer kernel leaves its
         output (written, in the writer's cache) instead of where the previous call of the
         same kernel left them (read, in every core's cache)."""
-        entry = self._fresh_loops.get(arity)
-        if entry is None:
-            from tensor_ir.codegen import LLVMTarget, compile_module
-
-            loads = "\n".join(
-                f"  %p{i} = getelementptr inbounds ptr, ptr %set, i64 {i}\n"
-                f"  %a{i} = load ptr, ptr %p{i}" for i in range(arity))
-            args = ", ".join(f"ptr %a{i}" for i in range(arity))
-            text = f"""
+        def text(loads: str, args: str) -> str:
+            return f"""
 declare i32 @clock_gettime(i32, ptr)
 declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 define i64 @now(ptr %ts) {{
@@ -513,8 +518,6 @@ copy:
   %cmore = icmp slt i64 %cnext, %ncopies
   br i1 %cmore, label %copy, label %call
 call:
-  %offset = mul i64 %j, {arity}
-  %set = getelementptr inbounds ptr, ptr %argv, i64 %offset
 {loads}
   %t0 = call i64 @now(ptr %ts)
   call void %fn({args})
@@ -523,11 +526,7 @@ call:
 timed:
   %dt = sub i64 %t1, %t0
   %total1 = add i64 %total, %dt
-  %next = add i64 %i, 1
-  %j1 = add i64 %j, 1
-  %wrap = icmp sge i64 %j1, %sets
-  %jnext = select i1 %wrap, i64 0, i64 %j1
-  %more = icmp slt i64 %next, %n
+{_NEXT_CALL}
   br i1 %more, label %call_head, label %done
 done:
   %sum = phi i64 [0, %entry], [%total1, %timed]
@@ -536,13 +535,9 @@ done:
   ret double %out
 }}
 """
-            jit = compile_module(text, LLVMTarget()).jit()
-            proto = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                                     ctypes.c_int64)
-            entry = (jit, proto(jit.function_address("time_fresh")))
-            self._fresh_loops[arity] = entry
-        return entry[1]
+        return self._compiled("time_fresh", arity, text, ctypes.c_double, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                              ctypes.c_void_p, ctypes.c_int64)
 
     def flush(self, arrays: Sequence[np.ndarray], target: Target) -> None:
         """Evict ``arrays`` from the CPU caches."""
@@ -816,8 +811,8 @@ def _measure(request: dict, state: dict) -> dict:
         argv = (ctypes.c_void_p * (sets * len(arrays)))(
             *[a.ctypes.data for group in table for a in group])
     kernel_seconds = 0.0
-    fresh = request.get("fresh_inputs") and [
-        i for i in work["inputs"] if i not in set(request.get("weights", ()))]
+    weights = set(request.get("weights", ()))
+    fresh = request.get("fresh_inputs") and [i for i in work["inputs"] if i not in weights]
     if fresh:
         # Activations rewritten from their pristine copies before each call, untimed (see
         # _Harness.fresh_loop): ``timed`` returns the calls' own seconds.

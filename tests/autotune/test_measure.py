@@ -481,11 +481,17 @@ def test_weight_sets_copy_only_the_cold_arrays_and_outgrow_the_cache():
     assert len(weight_sets(arrays, [1], 2**40)) == 4096
 
 
-def test_cold_weights_are_timed_and_checked_like_warm_ones(builder):
+@pytest.mark.parametrize("fresh", [False, True])
+def test_cold_weights_are_timed_and_checked_like_warm_ones(builder, fresh):
+    """Weights warm or read cold, and (``fresh``) activations rewritten before each call or
+    re-read: every protocol times the candidate and checks its outputs."""
     cand = _packing_candidate(REFERENCE)
     config = dataclasses.replace(FAST, check="all")
     inputs = [MeasureInput(cand, "llvm", KEY, reference=REFERENCE, weight_params=(1,),
-                           cold_weights=cold) for cold in (False, True)]
+                           cold_weights=cold, fresh_inputs=fresh) for cold in (False, True)]
+    # A function without weights: all its inputs are activations.
+    inputs.append(MeasureInput(REFERENCE, "llvm", KEY, reference=REFERENCE,
+                               fresh_inputs=fresh))
     with LocalRunner(config) as runner:
         results = runner.run(inputs, builder.build(inputs))
     for result in results:
@@ -539,19 +545,6 @@ define void @probe(ptr %count, ptr %src, ptr %dst) {
     # Without copies it is the plain timed loop.
     assert loop(jit.function_address("probe"), argv, 1, 3, copies, 0) > 0
     assert count[0] == 8
-
-
-def test_fresh_inputs_are_timed_and_checked_with_and_without_cold_weights(builder):
-    cand = _packing_candidate(REFERENCE)
-    config = dataclasses.replace(FAST, check="all")
-    inputs = [MeasureInput(cand, "llvm", KEY, reference=REFERENCE, weight_params=(1,),
-                           cold_weights=cold, fresh_inputs=True) for cold in (False, True)]
-    inputs.append(MeasureInput(REFERENCE, "llvm", KEY, reference=REFERENCE, fresh_inputs=True))
-    with LocalRunner(config) as runner:
-        results = runner.run(inputs, builder.build(inputs))
-    for result in results:
-        assert result.error_kind is None, result.error_msg
-        assert result.checked and result.median > 0
 
 
 def test_measure_input_fresh_inputs_is_a_bool():
