@@ -730,8 +730,8 @@ def _packed_arrays(packs: list[dict], arrays: list[np.ndarray], state: dict
     return out
 
 
-# clock_gettime's monotonic clock on Linux (the clock of time.perf_counter).
-CLOCK_MONOTONIC = 1
+# clock_gettime's monotonic clock (the clock of time.perf_counter), by this platform's number.
+CLOCK_MONOTONIC = getattr(time, "CLOCK_MONOTONIC", 1)
 
 # Copies of cold weights: at least this many bytes in all (twice a last-level cache, so
 # LRU-like replacement has evicted a copy before its turn comes again), at most this many.
