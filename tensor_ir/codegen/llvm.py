@@ -1032,6 +1032,7 @@ LLVM_INTRINSICS = {
 LIBM_FUNCTIONS = {"erf": ("erff", "erf")}
 # Symbols generated code may call (or define): a kernel cannot take one of these names.
 RUNTIME_SYMBOLS = frozenset({"GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads",
+                             "omp_get_max_threads",
                              "aligned_alloc", "free", "erff", "erf", META_SYMBOL})
 
 

@@ -280,11 +280,11 @@ def test_integer_division_by_a_variable_in_masked_lanes():
 
 
 # ---------------------------------------------------------------------------------------------
-# parallel loops: dynamically claimed chunks
+# parallel loops: per-thread segments of claimed chunks
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("extent", [1, 2, 5, 37, 1000])
-@pytest.mark.parametrize("num_threads", [1, 2, 3])
+@pytest.mark.parametrize("num_threads", [0, 1, 2, 3])
 def test_parallel_chunks_cover_every_iteration_once(extent, num_threads):
     B = decl_buffer((extent,), "int32", "B")
     i = Var("i")
@@ -295,6 +295,40 @@ def test_parallel_chunks_cover_every_iteration_once(extent, num_threads):
     np.testing.assert_array_equal(b, np.ones(extent, np.int32))
     # A loop of one iteration is no loop (its variable is bound to the start).
     assert ("atomicrmw add" in compiled.source_ir) == (extent > 1)
+
+
+@pytest.mark.parametrize("extent", [3, 7, 42, 1001])
+@pytest.mark.parametrize("num_threads", [3, 5])
+def test_parallel_threads_beyond_the_owners_only_take_what_is_left(monkeypatch, extent,
+                                                                    num_threads):
+    # Two owners: the third and later threads own no segment and claim from the owners'
+    # counters; every iteration still runs exactly once, whoever claims it.
+    from tensor_ir.codegen import parallel
+
+    monkeypatch.setattr(parallel, "MAX_OWNERS", 2)
+    B = decl_buffer((extent,), "int32", "B")
+    i = Var("i")
+    f = lowered([B], loop(i, extent, BufferStore(B, B[i] + IntImm(1, "int32"), (i,)),
+                          kind="parallel"))
+    b = np.zeros(extent, np.int32)
+    for _ in range(20):
+        run(f, b, num_threads=num_threads)
+    np.testing.assert_array_equal(b, np.full(extent, 20, np.int32))
+
+
+def test_parallel_counters_sit_on_their_own_cache_lines():
+    B = decl_buffer((64,), "int32", "B")
+    i = Var("i")
+    f = lowered([B], loop(i, 64, BufferStore(B, B[i] + IntImm(1, "int32"), (i,)),
+                          kind="parallel"))
+    compiled = run(f, np.zeros(64, np.int32), num_threads=2)
+    # The data block starts with MAX_OWNERS lines of counters; the caller zeroes those of
+    # the two threads it asked for (2 x 64 bytes).
+    from tensor_ir.codegen.parallel import COUNTER_STRIDE, MAX_OWNERS
+
+    assert f"[{MAX_OWNERS} x [{COUNTER_STRIDE // 8} x i64]]" in compiled.source_ir
+    assert (f'call void @"llvm.memset.p0.i64"(ptr %"f__par1.data", i8 0, '
+            f'i64 {2 * COUNTER_STRIDE}, i1 0)') in compiled.source_ir
 
 
 def test_parallel_body_is_outlined_noinline_and_runs_with_offset_start():
