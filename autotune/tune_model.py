@@ -85,6 +85,8 @@ class TuneModelResult:
     build_report     coverage of a build from the database (None when not built).
     measured_latency end-to-end seconds of that build (only with ``measure_latency``).
     report           the ModelReport (``str(result)`` formats it).
+    host_waits       candidates whose timing waited for a quiet host, and the seconds
+                     waited (a local CPU runner's; see autotune.measure.host).
     """
 
     model: str
@@ -101,6 +103,7 @@ class TuneModelResult:
     measured_latency: float | None = None
     report: ModelReport | None = None
     scheduler: SchedulerResult | None = field(default=None, repr=False)
+    host_waits: tuple[int, float] = (0, 0.0)
 
     @property
     def coverage(self) -> float | None:
@@ -327,7 +330,9 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         result = TuneModelResult(model.name, str(target), tasks, outcome.trials,
                                  outcome.trials_run, trials, outcome.stopped,
                                  outcome.estimated_latency, outcome.wall_seconds,
-                                 outcome.curve, report=report, scheduler=outcome)
+                                 outcome.curve, report=report, scheduler=outcome,
+                                 host_waits=(getattr(runner, "host_waits", 0),
+                                             getattr(runner, "host_wait_seconds", 0.0)))
 
         # 5. Build from the records: coverage (and optionally the real latency).
         if build and outcome.stopped != "interrupted":

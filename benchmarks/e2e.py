@@ -285,6 +285,9 @@ def bench_model(name: str, args) -> dict:
         out["budgets"].append({
             "trials": result.trials, "budget": budget, "trials_this_run": result.trials_run,
             "tuning_seconds": round(time.perf_counter() - start, 1),
+            # Candidates whose timing waited for the host's cores to be quiet, and the wait.
+            "host_waits": result.host_waits[0],
+            "host_wait_seconds": round(result.host_waits[1], 1),
             "stopped": result.stopped, "failed_tasks": [t.name for t in result.failed],
             # The sum of the tasks' best times (weighted by their calls) against the model.
             "estimated_ms": estimated_ms,

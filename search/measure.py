@@ -68,6 +68,9 @@ class MeasureConfig:
     check          "best", "all" or "none" (see CHECK_MODES).
     rtol, atol     tolerances of the output check; None picks them per dtype, with atol scaled
                    by the largest reference magnitude.
+    quiet_wait     seconds a CPU runner may wait, before timing a parallel candidate, for the
+                   host's cross-core latency to come back to its quiet level (see
+                   autotune.measure.host; 0: never wait).
     """
 
     # NOTE: five repeats rather than three: on a noisy (shared, virtualised) machine the
@@ -86,6 +89,7 @@ class MeasureConfig:
     check: str = "best"
     rtol: float | None = None
     atol: float | None = None
+    quiet_wait: float = 10.0
 
     def __post_init__(self):
         if not (isinstance(self.number, int) and self.number >= 1):
@@ -106,6 +110,9 @@ class MeasureConfig:
             value = getattr(self, name)
             if value is not None and not value >= 0:
                 raise ValueError(f"MeasureConfig.{name} must be >= 0 or None, got {value!r}")
+        if not (isinstance(self.quiet_wait, (int, float)) and 0 <= self.quiet_wait < math.inf):
+            raise ValueError(f"MeasureConfig.quiet_wait must be a finite number of seconds "
+                             f">= 0, got {self.quiet_wait!r}")
 
 
 @dataclass(frozen=True)

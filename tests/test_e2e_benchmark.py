@@ -51,6 +51,9 @@ def test_e2e_prints_json_and_resumes(tmp_path):
             b["tuned_ms"] / b["onnxruntime_ms"], rel=1e-2)
         assert b["tuned_vs_onnxruntime"] > 0 and b["exported_vs_onnxruntime"] > 0
         assert b["max_abs_diff_vs_default"] < 1e-3
+        # The tuning's waits for a quiet host are reported (none needed on a quiet one).
+        assert b["host_waits"] >= 0 and b["host_wait_seconds"] >= 0
+        assert (b["host_waits"] == 0) == (b["host_wait_seconds"] == 0)
         # Every round kept (a run that changed state shows it), and the medians are theirs.
         rounds = b["rounds_ms"]
         assert {len(v) for v in rounds.values()} == {2}

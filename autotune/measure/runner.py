@@ -71,6 +71,7 @@ from tensor_ir.target import Target
 from tensor_ir.visitor import walk
 
 from ..prepack import split_packing
+from .host import QuietHost
 from .worker import WorkerProcess
 
 __all__ = ["LocalRunner", "aligned_empty", "param_spec", "weight_sets", "workload_inputs"]
@@ -117,6 +118,9 @@ class LocalRunner(SequentialRunner):
         self._failed_workloads: dict[str, str] = {}
         self._prepared: dict[str, int] = {}  # workload -> worker generation holding it
         self._rtols: dict[str, float | None] = {}
+        # Candidates timed after waiting for a quiet host, and the seconds waited (see .host).
+        self.host_waits = 0
+        self.host_wait_seconds = 0.0
 
     @property
     def worker_restarts(self) -> int:
@@ -172,6 +176,9 @@ class LocalRunner(SequentialRunner):
                 # The inputs that are not weights are rewritten before each timed call.
                 request["fresh_inputs"] = True
                 request["weights"] = list(inp.weight_params)
+            if target.num_cores >= 2 and cfg.quiet_wait > 0:
+                # Time on a host whose cores talk at their usual speed (see .host).
+                request["quiet_wait"] = cfg.quiet_wait
         status, reply = self._call_measure(inp, request)
         if status == "crash" or (isinstance(reply, dict)
                                  and reply.get("error_kind") == "wrong_result"):
@@ -193,6 +200,9 @@ class LocalRunner(SequentialRunner):
             # A CUDA fault leaves the worker's context unusable: the next candidate gets a
             # fresh process (and context).
             self._worker.kill()
+        if reply.get("host_wait"):
+            self.host_waits += 1
+            self.host_wait_seconds += reply["host_wait"]
         if reply.get("error_kind"):
             return error(reply["error_kind"], reply["error_msg"], reply.get("kernel_seconds", 0))
         result = MeasureResult.success(
@@ -211,14 +221,15 @@ class LocalRunner(SequentialRunner):
         problem = self._prepare(inp)
         if problem is not None:
             return "ok", problem
-        status, reply = self._worker.call(request, self.config.timeout + _GRACE_SECONDS)
+        limit = self.config.timeout + request.get("quiet_wait", 0.0) + _GRACE_SECONDS
+        status, reply = self._worker.call(request, limit)
         if status == "ok" and reply.get("need_workload"):
             # The worker dropped this workload's arrays (it keeps a few): send them again.
             self._prepared.pop(inp.workload_key, None)
             problem = self._prepare(inp)
             if problem is not None:
                 return "ok", problem
-            status, reply = self._worker.call(request, self.config.timeout + _GRACE_SECONDS)
+            status, reply = self._worker.call(request, limit)
         return status, reply
 
     def _rtol(self, inp: MeasureInput) -> float | None:
@@ -833,6 +844,11 @@ def _measure(request: dict, state: dict) -> dict:
         kernel_seconds += time.perf_counter() - t0
         return elapsed
 
+    # 0. A host whose cores exchange data slowly for now is waited out (see .host).
+    host_wait = 0.0
+    if request.get("quiet_wait"):
+        host_wait = state.setdefault("host", QuietHost()).wait(request["quiet_wait"])
+
     # 1. Warm-up, on poisoned outputs, keeping them for the check.  The time-out counts from
     # here: loading the artifact and compiling the timing harness (once per worker) are not
     # the candidate's running time, and on a loaded machine they can take seconds.
@@ -858,10 +874,11 @@ def _measure(request: dict, state: dict) -> dict:
     verdict = check_after_timing(work, request, [originals[i] for i in work["inputs"]],
                                  snapshot, median, check_possible, kernel_seconds, restore)
     if "error_kind" in verdict:
-        return verdict
+        return dict(verdict, host_wait=host_wait)
     del jit  # releases the candidate's JIT engine and its code
     return {"run_times": times, "number": number, "checked": verdict["checked"],
-            "stopped_early": stopped_early, "kernel_seconds": kernel_seconds}
+            "stopped_early": stopped_early, "kernel_seconds": kernel_seconds,
+            "host_wait": host_wait}
 
 
 def handle_run_request(request: dict, state: dict) -> dict:

@@ -1,0 +1,200 @@
+"""Whether the host is fit to time a parallel CPU kernel: the cross-core round trip of two
+OpenMP threads, and the runner's wait for it to come back to its quiet level.
+
+A virtual machine's two cores are not always placed alike on the host.  On the machine this
+was measured on (2 vCPUs of a Zen 5 EPYC) a ping-pong of one cache line between two threads
+took 90-130 ns for minutes, then 370-450 ns for minutes, and back; in the slow state a
+4 MiB buffer written by one core reads at 43 GB/s on the other instead of 120 GB/s, while
+each core's own cache latencies do not move.  Kernels whose threads read what the other
+thread wrote (the memory-bound ones most: Winograd transforms, depthwise convolutions) then
+run 1.7-2.7x slower, compute-bound ones 1.1-1.2x.  A tuning run that times some of a task's
+candidates in each state ranks them by the state they met, and keeps a schedule that only
+looked best; two fresh MobileNetV2 runs of 2000 trials ended 3.5% apart in built latency
+for that reason.
+
+So before timing a candidate the CPU runner measures the round trip (about 1000 round trips,
+0.1-0.5 ms) and, when it is over QUIET_FACTOR times the lowest this worker has seen, waits
+for it to come down, up to ``MeasureConfig.quiet_wait`` seconds.  A wait that runs out
+times the candidate anyway; after GIVE_UP_AFTER such waits in a row the slow level is taken
+as the host's new normal (the lowest is reset to it), so a lasting change costs a bounded
+delay, not a stalled run.
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+
+import numpy as np
+
+__all__ = ["CrossCoreProbe", "QuietHost", "QUIET_FACTOR", "GIVE_UP_AFTER"]
+
+# A round trip this many times the lowest seen marks the slow state (the two states measured
+# 90-130 ns and 370-450 ns; a preempted probe reads far higher still).
+QUIET_FACTOR = 2.0
+# Waits in a row that run out before the lowest round trip is reset to the current one.
+GIVE_UP_AFTER = 3
+PROBE_ROUNDS = 1000
+
+# Thread 0 sends 2i+1 and waits for 2i+2; thread 1 answers each 2i+1 with 2i+2.  Thread 0
+# stores the elapsed nanoseconds of all rounds at data[9] (rounds at data[8]), or -1 when
+# the team has a single thread.  The flag (data[0]) sits alone on its cache line.
+_PROBE_IR = """
+declare void @GOMP_parallel(ptr, ptr, i32, i32)
+declare i32 @omp_get_thread_num()
+declare i32 @omp_get_num_threads()
+declare i32 @clock_gettime(i32, ptr)
+
+define internal i64 @now_ns() {{
+  %ts = alloca [2 x i64], align 8
+  %r = call i32 @clock_gettime(i32 {clock}, ptr %ts)
+  %np = getelementptr inbounds i64, ptr %ts, i64 1
+  %s = load i64, ptr %ts
+  %ns = load i64, ptr %np
+  %s9 = mul i64 %s, 1000000000
+  %t = add i64 %s9, %ns
+  ret i64 %t
+}}
+
+define internal void @pingpong_team(ptr %data) {{
+entry:
+  %team = call i32 @omp_get_num_threads()
+  %tid = call i32 @omp_get_thread_num()
+  %rp = getelementptr inbounds i64, ptr %data, i64 8
+  %rounds = load i64, ptr %rp
+  %outp = getelementptr inbounds i64, ptr %data, i64 9
+  %alone = icmp slt i32 %team, 2
+  br i1 %alone, label %single, label %which
+single:
+  store i64 -1, ptr %outp
+  br label %done
+which:
+  switch i32 %tid, label %done [i32 0, label %ping_start
+                                i32 1, label %pong]
+ping_start:
+  %t0 = call i64 @now_ns()
+  br label %ping
+ping:
+  %i = phi i64 [0, %ping_start], [%inext, %ping_back]
+  %i2 = shl i64 %i, 1
+  %send = add i64 %i2, 1
+  store atomic i64 %send, ptr %data release, align 8
+  %want = add i64 %i2, 2
+  br label %ping_wait
+ping_wait:
+  %v = load atomic i64, ptr %data acquire, align 8
+  %got = icmp eq i64 %v, %want
+  br i1 %got, label %ping_back, label %ping_wait
+ping_back:
+  %inext = add i64 %i, 1
+  %more = icmp slt i64 %inext, %rounds
+  br i1 %more, label %ping, label %ping_end
+ping_end:
+  %t1 = call i64 @now_ns()
+  %dt = sub i64 %t1, %t0
+  store i64 %dt, ptr %outp
+  br label %done
+pong:
+  %j = phi i64 [0, %which], [%jnext, %pong_back]
+  %j2 = shl i64 %j, 1
+  %expect = add i64 %j2, 1
+  br label %pong_wait
+pong_wait:
+  %w = load atomic i64, ptr %data acquire, align 8
+  %seen = icmp eq i64 %w, %expect
+  br i1 %seen, label %pong_back, label %pong_wait
+pong_back:
+  %reply = add i64 %j2, 2
+  store atomic i64 %reply, ptr %data release, align 8
+  %jnext = add i64 %j, 1
+  %jmore = icmp slt i64 %jnext, %rounds
+  br i1 %jmore, label %pong, label %done
+done:
+  ret void
+}}
+
+define i64 @cross_core_probe(ptr %data) {{
+  call void @GOMP_parallel(ptr @pingpong_team, ptr %data, i32 2, i32 0)
+  %outp = getelementptr inbounds i64, ptr %data, i64 9
+  %r = load i64, ptr %outp
+  ret i64 %r
+}}
+"""
+
+
+class CrossCoreProbe:
+    """``probe(rounds)``: nanoseconds per round trip of a cache line between two OpenMP
+    threads (the team the runner's kernels run on), or None when OpenMP gives a single
+    thread.  Compiled on the first call."""
+
+    def __init__(self):
+        self._fn = None
+        self._jit = None
+        # 16 int64 on a 64-byte boundary: the flag alone on its line, then rounds and result.
+        raw = np.zeros(32, np.int64)
+        offset = (-raw.ctypes.data % 64) // 8
+        self._raw, self._data = raw, raw[offset:offset + 16]
+
+    def __call__(self, rounds: int = PROBE_ROUNDS) -> float | None:
+        if self._fn is None:
+            from tensor_ir.codegen import LLVMTarget, compile_module
+
+            self._jit = compile_module(_PROBE_IR.format(clock=time.CLOCK_MONOTONIC),
+                                       LLVMTarget()).jit()
+            self._fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(
+                self._jit.function_address("cross_core_probe"))
+        rounds = max(1, int(rounds))
+        self._data[:] = 0
+        self._data[8] = rounds
+        elapsed = self._fn(self._data.ctypes.data)
+        return None if elapsed < 0 else elapsed / rounds
+
+
+class QuietHost:
+    """The worker's view of the host across candidates: the lowest round trip seen, and
+    ``wait(limit)`` (see the module text).  ``probe``, ``clock`` and ``sleep`` are
+    replaceable for tests."""
+
+    def __init__(self, probe=None, clock=time.monotonic, sleep=time.sleep):
+        self.probe = probe if probe is not None else CrossCoreProbe()
+        self.clock, self.sleep = clock, sleep
+        self.lowest: float | None = None
+        self.failed_waits = 0
+        self.waits = 0
+        self.waited_seconds = 0.0
+
+    def _quiet(self) -> tuple[bool, float | None]:
+        rtt = self.probe()
+        if rtt is None:
+            return True, None
+        if self.lowest is None or rtt < self.lowest:
+            self.lowest = rtt
+        return rtt <= QUIET_FACTOR * self.lowest, rtt
+
+    def wait(self, limit: float) -> float:
+        """Seconds spent waiting (0.0 when the host is quiet or ``limit`` is 0) for the round
+        trip to come within QUIET_FACTOR of the lowest seen; at most about ``limit``."""
+        quiet, rtt = self._quiet()
+        if quiet or limit <= 0:
+            if quiet:
+                self.failed_waits = 0
+            return 0.0
+        start = self.clock()
+        pause = 0.05
+        self.waits += 1
+        while True:
+            self.sleep(pause)
+            pause = min(2 * pause, 1.0)
+            quiet, rtt = self._quiet()
+            waited = self.clock() - start
+            if quiet:
+                self.failed_waits = 0
+                break
+            if waited >= limit:
+                self.failed_waits += 1
+                if self.failed_waits >= GIVE_UP_AFTER:
+                    # The slow level has lasted through several waits: take it as the host's
+                    # level now (a quieter probe later lowers it again).
+                    self.lowest, self.failed_waits = rtt, 0
+                break
+        self.waited_seconds += waited
+        return waited
