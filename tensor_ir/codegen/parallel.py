@@ -31,9 +31,9 @@ others'.  So:
 
 Measured on tuned MobileNetV2 (54 kernels, 2 threads, the same kernels with either scheme in
 one process): 0.97x the single-counter latency.
-The body is kept out of line
-(``noinline``) so that LLVM optimises the loop nest once, with noalias arguments, instead of
-once more after inlining it into the trampoline.
+
+The body is kept out of line (``noinline``) so that LLVM optimises the loop nest once, with
+noalias arguments, instead of once more after inlining it into the trampoline.
 """
 from __future__ import annotations
 
@@ -62,8 +62,9 @@ class ParallelMixin:
     def _parallel(self, s: For) -> None:
         """Outline the loop into ``body(buffers..., scalars..., begin, end)`` (noalias buffer
         arguments keep the body as optimisable as the entry function) and a trampoline
-        ``tramp(data)`` that unpacks the captures, takes this thread's contiguous chunk and
-        calls the body; launch the trampoline on all threads with GOMP_parallel."""
+        ``tramp(data)`` that unpacks the captures and calls the body on the chunks this
+        thread claims (its own segment's, then what is left of the others'); launch the
+        trampoline on all threads with GOMP_parallel."""
         b = self.builder
         var_caps, buf_caps = self._captures(s)
         self._n_outlined += 1
