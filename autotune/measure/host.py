@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-__all__ = ["CrossCoreProbe", "QuietHost", "QUIET_FACTOR", "GIVE_UP_AFTER"]
+__all__ = ["CrossCoreProbe", "QuietHost", "QUIET_FACTOR", "GIVE_UP_AFTER", "NOW_IR"]
 
 # A round trip this many times the lowest seen marks the slow state (the two states measured
 # 90-130 ns and 370-450 ns; a preempted probe reads far higher still).
@@ -35,18 +35,15 @@ QUIET_FACTOR = 2.0
 GIVE_UP_AFTER = 3
 PROBE_ROUNDS = 1000
 
-# Thread 0 sends 2i+1 and waits for 2i+2; thread 1 answers each 2i+1 with 2i+2.  Thread 0
-# stores the elapsed nanoseconds of all rounds at data[9] (rounds at data[8]), or -1 when
-# the team has a single thread.  The flag (data[0]) sits alone on its cache line.
-_PROBE_IR = """
-declare void @GOMP_parallel(ptr, ptr, i32, i32)
-declare i32 @omp_get_thread_num()
-declare i32 @omp_get_num_threads()
-declare i32 @clock_gettime(i32, ptr)
+# clock_gettime's monotonic clock (the clock of time.perf_counter), by this platform's number.
+CLOCK_MONOTONIC = getattr(time, "CLOCK_MONOTONIC", 1)
 
-define internal i64 @now_ns() {{
-  %ts = alloca [2 x i64], align 8
-  %r = call i32 @clock_gettime(i32 {clock}, ptr %ts)
+# ``@now(ptr %ts) -> i64``: the monotonic clock in nanoseconds (``%ts``: two i64 of scratch),
+# for the native timing helpers here and in the runner.
+NOW_IR = f"""
+declare i32 @clock_gettime(i32, ptr)
+define internal i64 @now(ptr %ts) {{
+  %r = call i32 @clock_gettime(i32 {CLOCK_MONOTONIC}, ptr %ts)
   %np = getelementptr inbounds i64, ptr %ts, i64 1
   %s = load i64, ptr %ts
   %ns = load i64, ptr %np
@@ -54,9 +51,19 @@ define internal i64 @now_ns() {{
   %t = add i64 %s9, %ns
   ret i64 %t
 }}
+"""
 
-define internal void @pingpong_team(ptr %data) {{
+# Thread 0 sends 2i+1 and waits for 2i+2; thread 1 answers each 2i+1 with 2i+2.  Thread 0
+# stores the elapsed nanoseconds of all rounds at data[9] (rounds at data[8]), or -1 when
+# the team has a single thread.  The flag (data[0]) sits alone on its cache line.
+_PROBE_IR = NOW_IR + """
+declare void @GOMP_parallel(ptr, ptr, i32, i32)
+declare i32 @omp_get_thread_num()
+declare i32 @omp_get_num_threads()
+
+define internal void @pingpong_team(ptr %data) {
 entry:
+  %ts = alloca [2 x i64], align 8
   %team = call i32 @omp_get_num_threads()
   %tid = call i32 @omp_get_thread_num()
   %rp = getelementptr inbounds i64, ptr %data, i64 8
@@ -71,7 +78,7 @@ which:
   switch i32 %tid, label %done [i32 0, label %ping_start
                                 i32 1, label %pong]
 ping_start:
-  %t0 = call i64 @now_ns()
+  %t0 = call i64 @now(ptr %ts)
   br label %ping
 ping:
   %i = phi i64 [0, %ping_start], [%inext, %ping_back]
@@ -89,7 +96,7 @@ ping_back:
   %more = icmp slt i64 %inext, %rounds
   br i1 %more, label %ping, label %ping_end
 ping_end:
-  %t1 = call i64 @now_ns()
+  %t1 = call i64 @now(ptr %ts)
   %dt = sub i64 %t1, %t0
   store i64 %dt, ptr %outp
   br label %done
@@ -110,14 +117,14 @@ pong_back:
   br i1 %jmore, label %pong, label %done
 done:
   ret void
-}}
+}
 
-define i64 @cross_core_probe(ptr %data) {{
+define i64 @cross_core_probe(ptr %data) {
   call void @GOMP_parallel(ptr @pingpong_team, ptr %data, i32 2, i32 0)
   %outp = getelementptr inbounds i64, ptr %data, i64 9
   %r = load i64, ptr %outp
   ret i64 %r
-}}
+}
 """
 
 
@@ -138,8 +145,7 @@ class CrossCoreProbe:
         if self._fn is None:
             from tensor_ir.codegen import LLVMTarget, compile_module
 
-            self._jit = compile_module(_PROBE_IR.format(clock=time.CLOCK_MONOTONIC),
-                                       LLVMTarget()).jit()
+            self._jit = compile_module(_PROBE_IR, LLVMTarget()).jit()
             self._fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(
                 self._jit.function_address("cross_core_probe"))
         rounds = max(1, int(rounds))

@@ -71,7 +71,7 @@ from tensor_ir.target import Target
 from tensor_ir.visitor import walk
 
 from ..prepack import split_packing
-from .host import QuietHost
+from .host import NOW_IR, QuietHost
 from .worker import WorkerProcess
 
 __all__ = ["LocalRunner", "aligned_empty", "param_spec", "weight_sets", "workload_inputs"]
@@ -489,18 +489,8 @@ done:
         same kernel left them (read, in every core's cache)."""
         def text(loads: str, args: str) -> str:
             return f"""
-declare i32 @clock_gettime(i32, ptr)
+{NOW_IR}
 declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
-define i64 @now(ptr %ts) {{
-  %r = call i32 @clock_gettime(i32 {CLOCK_MONOTONIC}, ptr %ts)
-  %sp = getelementptr inbounds i64, ptr %ts, i64 0
-  %np = getelementptr inbounds i64, ptr %ts, i64 1
-  %s = load i64, ptr %sp
-  %ns = load i64, ptr %np
-  %s9 = mul i64 %s, 1000000000
-  %t = add i64 %s9, %ns
-  ret i64 %t
-}}
 define double @time_fresh(ptr %fn, ptr %argv, i64 %sets, i64 %n, ptr %copies,
                           i64 %ncopies) {{
 entry:
@@ -740,9 +730,6 @@ def _packed_arrays(packs: list[dict], arrays: list[np.ndarray], state: dict
         out[pack["index"]] = packed
     return out
 
-
-# clock_gettime's monotonic clock (the clock of time.perf_counter), by this platform's number.
-CLOCK_MONOTONIC = getattr(time, "CLOCK_MONOTONIC", 1)
 
 # Copies of cold weights: at least this many bytes in all (twice a last-level cache, so
 # LRU-like replacement has evicted a copy before its turn comes again), at most this many.
