@@ -24,7 +24,7 @@ import statistics
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from records import ERROR_KINDS, TuningRecord, canonical_target, host_name, library_version
 from tensor_ir.func import PrimFunc
@@ -51,6 +51,21 @@ __all__ = [
 CHECK_MODES = ("best", "all", "none")
 
 
+QUIET_WAIT_ENV = "AUTOTUNE_QUIET_WAIT"
+
+
+def default_quiet_wait() -> float:
+    """MeasureConfig.quiet_wait's default: AUTOTUNE_QUIET_WAIT seconds when set (e.g. 0 in a
+    test suite, whose timings need no quiet host), else 10."""
+    text = os.environ.get(QUIET_WAIT_ENV, "").strip()
+    if not text:
+        return 10.0
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{QUIET_WAIT_ENV} must be a number of seconds, got {text!r}") from None
+
+
 @dataclass(frozen=True)
 class MeasureConfig:
     """How candidates are timed (every runner follows this protocol; it is stored with each
@@ -70,7 +85,8 @@ class MeasureConfig:
                    by the largest reference magnitude.
     quiet_wait     seconds a CPU runner may wait, before timing a parallel candidate, for the
                    host's cross-core latency to come back to its quiet level (see
-                   autotune.measure.host; 0: never wait).
+                   autotune.measure.host; 0: never wait).  Default: 10, or the environment's
+                   AUTOTUNE_QUIET_WAIT.
     """
 
     # NOTE: five repeats rather than three: on a noisy (shared, virtualised) machine the
@@ -89,7 +105,7 @@ class MeasureConfig:
     check: str = "best"
     rtol: float | None = None
     atol: float | None = None
-    quiet_wait: float = 10.0
+    quiet_wait: float = field(default_factory=lambda: default_quiet_wait())
 
     def __post_init__(self):
         if not (isinstance(self.number, int) and self.number >= 1):

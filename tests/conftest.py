@@ -13,6 +13,11 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 # counts nvcc runs must not find kernels a run before it compiled, and the suite must leave
 # nothing in the home folder.  The test of the disk cache names a folder of its own.
 os.environ["AUTOTUNE_CUDA_CACHE"] = ""
+# No waiting for a quiet host before timing (MeasureConfig.quiet_wait): the suite's timings
+# need none, and on a machine whose cores change placement a wait would only stretch runs
+# that tests bound in time (the CLI's and the Ray cluster's, in child processes too).  The
+# tests of the wait ask for it.
+os.environ["AUTOTUNE_QUIET_WAIT"] = "0"
 
 
 def pytest_addoption(parser):

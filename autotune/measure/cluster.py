@@ -519,7 +519,9 @@ class RayRunner(SequentialRunner):
             shipped = intrinsics.portables(inp.func)
             if shipped:
                 request["intrinsics"] = shipped
-        budget = self.config.timeout + _GRACE_SECONDS + self.node_timeout
+        # A node may first wait for its host to be quiet (MeasureConfig.quiet_wait).
+        budget = (self.config.timeout + self.config.quiet_wait + _GRACE_SECONDS
+                  + self.node_timeout)
         if key not in actor.workloads:
             # The first candidate of a workload on this actor carries the reference, and
             # may wait for the reference outputs to be computed.

@@ -12,12 +12,17 @@ candidates in each state ranks them by the state they met, and keeps a schedule 
 looked best; two fresh MobileNetV2 runs of 2000 trials ended 3.5% apart in built latency
 for that reason.
 
-So before timing a candidate the CPU runner measures the round trip (about 1000 round trips,
-0.1-0.5 ms) and, when it is over QUIET_FACTOR times the lowest this worker has seen, waits
-for it to come down, up to ``MeasureConfig.quiet_wait`` seconds.  A wait that runs out
-times the candidate anyway; after GIVE_UP_AFTER such waits in a row the slow level is taken
-as the host's new normal (the lowest is reset to it), so a lasting change costs a bounded
-delay, not a stalled run.
+So before timing a candidate the CPU runner measures the round trip (the median of three
+probes of about 330 round trips, 0.1-0.5 ms in all) and, when it is over QUIET_FACTOR times
+the lowest this worker has seen, waits for it to come down, up to
+``MeasureConfig.quiet_wait`` seconds.  A wait that runs out times the candidate anyway;
+after GIVE_UP_AFTER such waits in a row the slow level is taken as the host's new normal
+(the lowest is reset to it), so a lasting change costs a bounded delay, not a stalled run.
+
+A round trip over CONTENDED_FACTOR times the lowest is not that state but a thread that
+lost its core to other work (a probe then reads microseconds): waiting for a quiet
+placement would not help, and other processes measuring beside this one (several Ray
+actors on one machine, a test suite) must not stall each other, so it is not waited for.
 """
 from __future__ import annotations
 
@@ -26,11 +31,14 @@ import time
 
 import numpy as np
 
-__all__ = ["CrossCoreProbe", "QuietHost", "QUIET_FACTOR", "GIVE_UP_AFTER", "NOW_IR"]
+__all__ = ["CrossCoreProbe", "QuietHost", "QUIET_FACTOR", "CONTENDED_FACTOR", "GIVE_UP_AFTER",
+           "NOW_IR"]
 
 # A round trip this many times the lowest seen marks the slow state (the two states measured
 # 90-130 ns and 370-450 ns; a preempted probe reads far higher still).
 QUIET_FACTOR = 2.0
+# Over this many times the lowest, a probe met a descheduled thread, not a slow placement.
+CONTENDED_FACTOR = 8.0
 # Waits in a row that run out before the lowest round trip is reset to the current one.
 GIVE_UP_AFTER = 3
 PROBE_ROUNDS = 1000
@@ -130,8 +138,9 @@ define i64 @cross_core_probe(ptr %data) {
 
 class CrossCoreProbe:
     """``probe(rounds)``: nanoseconds per round trip of a cache line between two OpenMP
-    threads (the team the runner's kernels run on), or None when OpenMP gives a single
-    thread.  Compiled on the first call."""
+    threads (the team the runner's kernels run on), the median of three launches of a third
+    of ``rounds`` each (one launch that met a preemption does not decide), or None when
+    OpenMP gives a single thread.  Compiled on the first call."""
 
     def __init__(self):
         self._fn = None
@@ -148,11 +157,16 @@ class CrossCoreProbe:
             self._jit = compile_module(_PROBE_IR, LLVMTarget()).jit()
             self._fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(
                 self._jit.function_address("cross_core_probe"))
-        rounds = max(1, int(rounds))
-        self._data[:] = 0
-        self._data[8] = rounds
-        elapsed = self._fn(self._data.ctypes.data)
-        return None if elapsed < 0 else elapsed / rounds
+        rounds = max(1, int(rounds) // 3)
+        rtts = []
+        for _ in range(3):
+            self._data[:] = 0
+            self._data[8] = rounds
+            elapsed = self._fn(self._data.ctypes.data)
+            if elapsed < 0:
+                return None
+            rtts.append(elapsed / rounds)
+        return sorted(rtts)[1]
 
 
 class QuietHost:
@@ -169,12 +183,14 @@ class QuietHost:
         self.waited_seconds = 0.0
 
     def _quiet(self) -> tuple[bool, float | None]:
+        """(whether to time now, the round trip): yes when the round trip is within
+        QUIET_FACTOR of the lowest, or beyond CONTENDED_FACTOR (see the module text)."""
         rtt = self.probe()
         if rtt is None:
             return True, None
         if self.lowest is None or rtt < self.lowest:
             self.lowest = rtt
-        return rtt <= QUIET_FACTOR * self.lowest, rtt
+        return rtt <= QUIET_FACTOR * self.lowest or rtt > CONTENDED_FACTOR * self.lowest, rtt
 
     def wait(self, limit: float) -> float:
         """Seconds spent waiting (0.0 when the host is quiet or ``limit`` is 0) for the round
