@@ -8,9 +8,10 @@ took 90-130 ns for minutes, then 370-450 ns for minutes, and back; in the slow s
 each core's own cache latencies do not move.  Kernels whose threads read what the other
 thread wrote (the memory-bound ones most: Winograd transforms, depthwise convolutions) then
 run 1.7-2.7x slower, compute-bound ones 1.1-1.2x.  A tuning run that times some of a task's
-candidates in each state ranks them by the state they met, and keeps a schedule that only
-looked best; two fresh MobileNetV2 runs of 2000 trials ended 3.5% apart in built latency
-for that reason.
+candidates in each state ranks them by the state they met.  Of two fresh MobileNetV2 runs of
+2000 trials on otherwise the same code, the one without this wait built 4.5% slower (1.721
+against 1.647 ms); set beside an earlier run, five of its early tasks had kept schedules
+that run 10-36% slower in the model.
 
 So before timing a candidate the CPU runner measures the round trip (the median of three
 probes of about 330 round trips, 0.1-0.5 ms in all) and, when it is over QUIET_FACTOR times
