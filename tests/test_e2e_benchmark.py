@@ -58,7 +58,8 @@ def test_e2e_prints_json_and_resumes(tmp_path):
         rounds = b["rounds_ms"]
         assert {len(v) for v in rounds.values()} == {2}
         assert set(rounds) == {"ours", "onnxruntime", "exported"}
-        assert min(rounds["ours"]) <= b["tuned_ms"] <= max(rounds["ours"])
+        # (the rounds are kept to 0.1 us: a median of a tiny model may sit half a step out)
+        assert min(rounds["ours"]) - 5e-5 <= b["tuned_ms"] <= max(rounds["ours"]) + 5e-5
     # Run again: the budgets are already reached, nothing is measured.
     buf = io.StringIO()
     with redirect_stdout(buf):
