@@ -62,9 +62,10 @@ define internal i64 @now(ptr %ts) {{
 }}
 """
 
-# Thread 0 sends 2i+1 and waits for 2i+2; thread 1 answers each 2i+1 with 2i+2.  Thread 0
-# stores the elapsed nanoseconds of all rounds at data[9] (rounds at data[8]), or -1 when
-# the team has a single thread.  The flag (data[0]) sits alone on its cache line.
+# Threads 0 and 1 take turns: at step s (of 2 x rounds) the thread s % 2 stores s+1 and the
+# other waits to see it, so thread 0 sends 2i+1 and thread 1 answers 2i+2.  Thread 0 stores
+# the elapsed nanoseconds of all rounds at data[9] (rounds at data[8]), or -1 when the team
+# has a single thread.  The flag (data[0]) sits alone on its cache line.
 _PROBE_IR = NOW_IR + """
 declare void @GOMP_parallel(ptr, ptr, i32, i32)
 declare i32 @omp_get_thread_num()
@@ -84,46 +85,38 @@ single:
   store i64 -1, ptr %outp
   br label %done
 which:
-  switch i32 %tid, label %done [i32 0, label %ping_start
-                                i32 1, label %pong]
-ping_start:
+  %player = icmp ult i32 %tid, 2
+  br i1 %player, label %start, label %done
+start:
   %t0 = call i64 @now(ptr %ts)
-  br label %ping
-ping:
-  %i = phi i64 [0, %ping_start], [%inext, %ping_back]
-  %i2 = shl i64 %i, 1
-  %send = add i64 %i2, 1
-  store atomic i64 %send, ptr %data release, align 8
-  %want = add i64 %i2, 2
-  br label %ping_wait
-ping_wait:
+  %me = zext i32 %tid to i64
+  %steps = shl i64 %rounds, 1
+  br label %step
+step:
+  %s = phi i64 [0, %start], [%snext, %stepped]
+  %turn = and i64 %s, 1
+  %mine = icmp eq i64 %turn, %me
+  %value = add i64 %s, 1
+  br i1 %mine, label %send, label %await
+send:
+  store atomic i64 %value, ptr %data release, align 8
+  br label %stepped
+await:
   %v = load atomic i64, ptr %data acquire, align 8
-  %got = icmp eq i64 %v, %want
-  br i1 %got, label %ping_back, label %ping_wait
-ping_back:
-  %inext = add i64 %i, 1
-  %more = icmp slt i64 %inext, %rounds
-  br i1 %more, label %ping, label %ping_end
-ping_end:
+  %seen = icmp eq i64 %v, %value
+  br i1 %seen, label %stepped, label %await
+stepped:
+  %snext = add i64 %s, 1
+  %more = icmp slt i64 %snext, %steps
+  br i1 %more, label %step, label %finish
+finish:
+  %first = icmp eq i32 %tid, 0
+  br i1 %first, label %record, label %done
+record:
   %t1 = call i64 @now(ptr %ts)
   %dt = sub i64 %t1, %t0
   store i64 %dt, ptr %outp
   br label %done
-pong:
-  %j = phi i64 [0, %which], [%jnext, %pong_back]
-  %j2 = shl i64 %j, 1
-  %expect = add i64 %j2, 1
-  br label %pong_wait
-pong_wait:
-  %w = load atomic i64, ptr %data acquire, align 8
-  %seen = icmp eq i64 %w, %expect
-  br i1 %seen, label %pong_back, label %pong_wait
-pong_back:
-  %reply = add i64 %j2, 2
-  store atomic i64 %reply, ptr %data release, align 8
-  %jnext = add i64 %j, 1
-  %jmore = icmp slt i64 %jnext, %rounds
-  br i1 %jmore, label %pong, label %done
 done:
   ret void
 }
