@@ -187,12 +187,14 @@ def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Bui
                 strategy: search.SearchStrategy, cost_model: cost_models.CostModel, *,
                 measure_config: MeasureConfig, log=None,
                 space: DesignSpace | None = None, weight_params: Sequence[int] = (),
-                cold_weights: bool = False, fresh_inputs: bool = False) -> search.TuningLoop:
+                cold_weights: bool = False, fresh_inputs: bool = False,
+                cold_bytes: int = 0) -> search.TuningLoop:
     """The tuning loop of one workload, as ``tune`` and ``tune_model`` run it: the function's
     design space (or ``space``), with the default schedule -- what a build uses without a
     record -- measured first, so that a short run never ends slower than no tuning at all.
     ``weight_params``: the parameters that are model weights, ``cold_weights``: whether the
-    model reads them from memory, ``fresh_inputs``: whether the activations are rewritten
+    model reads them out of the cores' private caches (over ``cold_bytes`` of copies, or from
+    memory when 0), ``fresh_inputs``: whether the activations are rewritten
     before each timed call, as a model's producers leave them (see MeasureInput)."""
     seeds = []
     if space is None:
@@ -204,7 +206,8 @@ def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Bui
     return search.TuningLoop(space, strategy, cost_model, builder, runner, database,
                              config=settings, measure_config=measure_config, log=log,
                              seed_traces=seeds, weight_params=weight_params,
-                             cold_weights=cold_weights, fresh_inputs=fresh_inputs)
+                             cold_weights=cold_weights, fresh_inputs=fresh_inputs,
+                             cold_bytes=cold_bytes)
 
 
 def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasured, db,

@@ -178,7 +178,7 @@ class TuningLoop:
                  builder: Builder, runner: Runner, database: Database, *,
                  config: SearchConfig | None = None, measure_config=None, log=None,
                  seed_traces: Sequence[Trace] = (), weight_params: Sequence[int] = (),
-                 cold_weights: bool = False, fresh_inputs: bool = False):
+                 cold_weights: bool = False, fresh_inputs: bool = False, cold_bytes: int = 0):
         config = config if config is not None else SearchConfig()
         for name, obj, kind in (("space", space, DesignSpace),
                                 ("strategy", strategy, SearchStrategy),
@@ -214,9 +214,11 @@ class TuningLoop:
         self.seed_traces = tuple(seed_traces)
         # Parameters that are model weights: timed without the candidate's packing of them,
         # and read cold when the model's are; activations rewritten before each call when the
-        # task runs in a model (see MeasureInput.weight_params, cold_weights, fresh_inputs).
+        # task runs in a model (see MeasureInput.weight_params, cold_weights, cold_bytes,
+        # fresh_inputs).
         self.weight_params = tuple(weight_params)
         self.cold_weights = bool(cold_weights)
+        self.cold_bytes = int(cold_bytes)
         self.fresh_inputs = bool(fresh_inputs)
         self._seeds: list[SearchCandidate] = []
         self._start = 0.0
@@ -234,7 +236,8 @@ class TuningLoop:
         """A candidate program of this loop as the builder and runner take it."""
         return MeasureInput(func, self.target, self.workload.key, reference=self.space.func,
                             weight_params=self.weight_params,
-                            cold_weights=self.cold_weights, fresh_inputs=self.fresh_inputs)
+                            cold_weights=self.cold_weights, fresh_inputs=self.fresh_inputs,
+                            cold_bytes=self.cold_bytes)
 
     # -- the run -------------------------------------------------------------------------------
     def start(self) -> LoopResult:

@@ -145,6 +145,11 @@ class MeasureInput:
     the runner packs the workload's array once, before the timed calls.  ``cold_weights``:
     those weights are read from memory on every call in the model (its weights do not stay
     in the last-level cache), so a CPU runner times each call on weights not in cache.
+    ``cold_bytes``: with ``cold_weights``, how many bytes the runner's copies of the weights
+    total at least, which it calls in turn: what the model streams through the caches between
+    two calls of the kernel (its weights and activations), so each call finds its weights
+    evicted from the core's private caches by as much data as in the model.  0: twice the
+    host's last-level cache (every call reads its weights from memory).
     ``fresh_inputs``: the candidate runs in a model, where each activation input (a parameter
     read and not a weight) was written by the kernel before it, so a CPU runner rewrites
     those inputs before each timed call (outside the time) rather than timing calls that
@@ -157,6 +162,7 @@ class MeasureInput:
     weight_params: tuple[int, ...] = ()
     cold_weights: bool = False
     fresh_inputs: bool = False
+    cold_bytes: int = 0
 
     def __post_init__(self):
         if isinstance(self.target, str):
@@ -180,6 +186,10 @@ class MeasureInput:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"MeasureInput.{name} must be a bool, got "
                                 f"{type(getattr(self, name)).__name__}")
+        if isinstance(self.cold_bytes, bool) or not isinstance(self.cold_bytes, int) \
+                or self.cold_bytes < 0:
+            raise ValueError(f"MeasureInput.cold_bytes must be an int >= 0 (bytes), got "
+                             f"{self.cold_bytes!r}")
 
 
 @dataclass(frozen=True)

@@ -322,7 +322,8 @@ class Measurer:
                            reference=self._references.get(key),
                            weight_params=tuple(request.get("weight_params", ())),
                            cold_weights=bool(request.get("cold_weights", False)),
-                           fresh_inputs=bool(request.get("fresh_inputs", False)))
+                           fresh_inputs=bool(request.get("fresh_inputs", False)),
+                           cold_bytes=int(request.get("cold_bytes", 0)))
         # A folder per candidate, marked with this process: the cluster ends actors with
         # ray.kill (no close() runs), and the next builder or actor on the node sweeps it.
         folder = make_build_dir()
@@ -512,7 +513,7 @@ class RayRunner(SequentialRunner):
         request = {"key": key, "target": canonical_target(inp.target),
                    "func": inp.func.to_json(), "weight_params": list(inp.weight_params),
                    "cold_weights": inp.cold_weights, "fresh_inputs": inp.fresh_inputs,
-                   "artifact": artifact,
+                   "cold_bytes": inp.cold_bytes, "artifact": artifact,
                    "suffix": os.path.splitext(build.artifact_path)[1] or ".o",
                    "build_seconds": build.build_seconds, "best": self._best.get(key)}
         if inp.target.kind == "llvm":

@@ -25,10 +25,12 @@ A candidate that names model weights (``MeasureInput.weight_params``) is built w
 packing of them (the builder splits it off, see autotune.prepack); before step 1 the worker
 runs those packing nests once on the workload's arrays and times the candidate on the packed
 copies, as a built model runs it.  When those weights are read cold in the model
-(``MeasureInput.cold_weights``: the model's weights take more than half the last-level cache,
-see autotune.tune_model.weights_read_cold), the timed
-calls rotate over copies of them (``weight_sets``), so each call reads its weights from memory
-while the activations stay warm.
+(``MeasureInput.cold_weights``), the timed calls rotate over copies of them (``weight_sets``)
+while the activations stay warm: over twice the last-level cache when the model's data take
+more than half of it (autotune.tune_model.weights_read_cold), so each call reads its weights
+from memory; else over what the model streams between two calls of the kernel
+(``MeasureInput.cold_bytes``, see autotune.tune_model.streamed_bytes), so each call finds
+them evicted from the core's private caches, as in the model.
 
 A candidate of a model's task (``MeasureInput.fresh_inputs``, set by tune_model on CPUs) has
 its activation inputs (the inputs that are not weights) copied back from their pristine
@@ -172,6 +174,7 @@ class LocalRunner(SequentialRunner):
                                          "hash": p.pack.structural_hash()} for p in packs]
                 if inp.cold_weights:
                     request["cold_params"] = list(inp.weight_params)
+                    request["cold_bytes"] = inp.cold_bytes
             if inp.fresh_inputs:
                 # The inputs that are not weights are rewritten before each timed call.
                 request["fresh_inputs"] = True
@@ -737,19 +740,21 @@ _COLD_BYTES_FALLBACK = 64 * 2**20
 _MAX_WEIGHT_SETS = 4096
 
 
-def weight_sets(arrays: Sequence[np.ndarray], cold: Sequence[int],
-                cache_bytes: int | None) -> list[list[np.ndarray]]:
-    """Argument sets that make every call read the ``cold`` parameters from memory, as a
-    model whose weights do not stay in the last-level cache reads each once per inference:
-    ``arrays`` first, then copies of it whose cold arrays are fresh copies (the rest shared),
-    enough that the cold bytes of all sets exceed twice ``cache_bytes``.  The timing loop
-    calls them in turn; activations stay as warm as their producer left them in the model.
-    One set (``arrays``) when nothing is cold."""
+def weight_sets(arrays: Sequence[np.ndarray], cold: Sequence[int], cache_bytes: int | None,
+                total_bytes: int | None = None) -> list[list[np.ndarray]]:
+    """Argument sets that make every call read the ``cold`` parameters out of cache, as a
+    model whose data do not stay in cache reads each weight once per inference: ``arrays``
+    first, then copies of it whose cold arrays are fresh copies (the rest shared), enough
+    that the cold bytes of all sets reach ``total_bytes`` (what the model streams between
+    two calls of the kernel: each call finds its weights where the model's call does), or
+    without it exceed twice ``cache_bytes`` (each call reads them from memory).  The timing
+    loop calls them in turn; activations stay as warm as their producer left them in the
+    model.  One set (``arrays``) when nothing is cold."""
     cold = [i for i in sorted(set(cold)) if arrays[i].nbytes]
     if not cold:
         return [list(arrays)]
     per_set = sum(arrays[i].nbytes for i in cold)
-    target = 2 * (cache_bytes or _COLD_BYTES_FALLBACK // 2)
+    target = total_bytes or 2 * (cache_bytes or _COLD_BYTES_FALLBACK // 2)
     count = min(_MAX_WEIGHT_SETS, max(2, -(-target // per_set)))
     sets = [list(arrays)]
     for _ in range(count - 1):
@@ -804,7 +809,8 @@ def _measure(request: dict, state: dict) -> dict:
     if request.get("cold_params"):
         # Weights read from memory on every call (see weight_sets): the loop takes the
         # argument sets in turn.  The first set is ``arrays``: the check reads its outputs.
-        table = weight_sets(arrays, request["cold_params"], target.l3_cache)
+        table = weight_sets(arrays, request["cold_params"], target.l3_cache,
+                            request.get("cold_bytes") or None)
         sets = len(table)
         argv = (ctypes.c_void_p * (sets * len(arrays)))(
             *[a.ctypes.data for group in table for a in group])

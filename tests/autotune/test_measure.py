@@ -479,6 +479,10 @@ def test_weight_sets_copy_only_the_cold_arrays_and_outgrow_the_cache():
     # Nothing cold, one set; a huge cache, the number of copies is bounded.
     assert weight_sets(arrays, [], cache) == [arrays]
     assert len(weight_sets(arrays, [1], 2**40)) == 4096
+    # Rotated over what a model streams between two calls: just enough copies for that.
+    streamed = 10 * arrays[1].nbytes + 1
+    assert len(weight_sets(arrays, [1], cache, streamed)) == 11
+    assert len(weight_sets(arrays, [1], 2**40, 3 * arrays[1].nbytes)) == 3
 
 
 @pytest.mark.parametrize("fresh", [False, True])
@@ -502,6 +506,31 @@ def test_cold_weights_are_timed_and_checked_like_warm_ones(builder, fresh):
 def test_measure_input_cold_weights_is_a_bool():
     with pytest.raises(TypeError, match="cold_weights"):
         MeasureInput(REFERENCE, "llvm", KEY, weight_params=(1,), cold_weights="yes")
+    for bad in (-1, 1.5, True, "1MB"):
+        with pytest.raises(ValueError, match="cold_bytes"):
+            MeasureInput(REFERENCE, "llvm", KEY, weight_params=(1,), cold_weights=True,
+                         cold_bytes=bad)
+
+
+def test_the_runner_rotates_cold_weights_over_the_bytes_asked(builder):
+    # The request carries cold_bytes to the worker, which times and checks the candidate on
+    # that many bytes of weight copies.
+    cand = _packing_candidate(REFERENCE)
+    config = dataclasses.replace(FAST, check="all")
+    streamed = 4 * 2**20
+    inp = MeasureInput(cand, "llvm", KEY, reference=REFERENCE, weight_params=(1,),
+                       cold_weights=True, fresh_inputs=True, cold_bytes=streamed)
+    with LocalRunner(config) as runner:
+        sent = []
+        call = runner._worker.call
+        runner._worker.call = lambda request, limit: (sent.append(request)
+                                                      or call(request, limit))
+        result = runner.run([inp], builder.build([inp]))[0]
+    assert result.error_kind is None, result.error_msg
+    assert result.checked and result.median > 0
+    measures = [r for r in sent if r.get("op") == "measure"]
+    assert measures and all(r["cold_params"] == [1] and r["cold_bytes"] == streamed
+                            for r in measures)
 
 
 # -- activations rewritten before each call, as a model's producer leaves them -------------------

@@ -259,3 +259,52 @@ def test_tune_model_times_tasks_on_activations_written_just_before_each_call(tmp
     autotune.tune(task.func, "llvm", trials=2, builder=SimulationBuilder(),
                   runner=SimulationRunner(cost), log=False, remeasure_top=0)
     assert seen and not any(seen)
+
+
+def test_tune_model_times_weights_out_of_the_private_caches_the_model_outgrows(tmp_path):
+    """A model whose weights and activations outgrow the cores' private caches evicts each
+    kernel's weights from them between its calls: its tasks' candidates are timed with the
+    weights rotated over as many bytes as the model streams (MeasureInput.cold_bytes); where
+    they outgrow the last-level cache too, over twice it (cold_bytes 0, from memory); where
+    the private caches hold the model, warm."""
+    from autotune.tune_model import streamed_bytes, weights_read_cold
+    from search.simulation import SimulationBuilder, SimulationRunner
+
+    path = write_tiny_mlp(tmp_path / "mlp.onnx")
+    model = autotune.load_model(path)
+    small_l2 = Target("llvm -num-cores 2 -l2-cache=1024 -l3-cache=1073741824")
+    streamed = streamed_bytes(model, small_l2)
+    assert streamed > 2 * 1024 and not weights_read_cold(model, small_l2)
+    seen = []
+
+    def cost(inp):
+        seen.append((inp.cold_weights, inp.cold_bytes))
+        return 1e-3
+
+    for target, want in ((small_l2, (True, streamed)),
+                         ("llvm -num-cores 2 -l2-cache=1024 -l3-cache=1024", (True, 0)),
+                         ("llvm -num-cores 2 -l2-cache=1073741824 -l3-cache=1073741824",
+                          (False, 0))):
+        seen.clear()
+        autotune.tune_model(path, target, trials=2, database=MemoryDatabase(), batch_size=1,
+                            builder=SimulationBuilder(), runner=SimulationRunner(cost),
+                            remeasure_top=0, build=False)
+        assert seen and set(seen) == {want}, target
+
+
+def test_streamed_bytes_are_the_weights_and_the_planned_activations():
+    from autotune.graph.passes import fuse_ops, optimize, plan_memory
+    from autotune.tune_model import streamed_bytes
+
+    model = autotune.load_model("mobilenet_v2", image_size=32, width=0.25, num_classes=10)
+    optimized = optimize(model)
+    total = plan_memory(optimized, fuse_ops(optimized)).total_bytes + sum(
+        np.asarray(a).nbytes for a in optimized.constants.values())
+    # Two cores' private caches just below and just above it.
+    below, above = (total - 1) // 2, -(-total // 2)
+    assert streamed_bytes(model, Target(f"llvm -num-cores 2 -l2-cache={below}")) == total
+    assert streamed_bytes(model, Target(f"llvm -num-cores 2 -l2-cache={above}")) == 0
+    assert streamed_bytes(model, Target(f"llvm -num-cores 1 -l2-cache={total - 1}")) == total
+    # Not a CPU cache question on a GPU; no answer without the private caches' size.
+    assert streamed_bytes(model, Target("opencl")) == 0
+    assert streamed_bytes(model, Target("llvm -mtriple=aarch64-linux-gnu -num-cores 2")) == 0
