@@ -216,9 +216,10 @@ def streamed_bytes(model: Model, target: Target) -> int:
     (MeasureInput.cold_bytes): each call finds them where the model's call does, in the
     shared cache or in memory as the model's size decides.  Measured on MobileNetV2 on a
     2-core Xeon (2 MiB L2 per core, 300 MiB shared L3; 13.5 MiB of weights, 8 MiB of
-    activations): its heaviest 1x1 convolutions ran 1.05-1.7x slower in the model than
-    alone on warm weights, and within 10% of the model on copies rotated over 21 MiB
-    (over 600 MiB, from memory, up to 1.6x slower than in the model).
+    activations): its ten heaviest kernels, 1x1 convolutions, ran 1.06-1.68x slower in the
+    model than their records alone on warm weights; re-timed alone on weight copies rotated
+    over 21 MiB, all 32 kernels summed to within 2% of their times in the model (over
+    600 MiB, from memory, the heaviest ran up to 1.6x slower than in the model).
     Not needed where weights_read_cold holds (read from memory anyway), nor where the
     private cache sizes are unknown (0)."""
     if target.kind != "llvm" or not target.l2_cache:
