@@ -15,15 +15,10 @@ that run 10-36% slower in the model.
 
 So before timing a candidate the CPU runner measures the round trip (the median of three
 probes of about 330 round trips, 0.1-0.5 ms in all) and, when it is over QUIET_FACTOR times
-the lowest level this worker has seen, waits for it to come down, up to
+the lowest this worker has seen, waits for it to come down, up to
 ``MeasureConfig.quiet_wait`` seconds.  A wait that runs out times the candidate anyway;
 after GIVE_UP_AFTER such waits in a row the slow level is taken as the host's new normal
 (the lowest is reset to it), so a lasting change costs a bounded delay, not a stalled run.
-
-A level is what the host held for LEVEL_PROBES probes in a row (the highest of them), not one
-probe: on another machine (2 vCPUs of a Xeon) the round trip read 110-230 ns and, once in a
-few hundred probes, 54 ns; taken as the lowest, that one probe had the runner wait on 300 of
-2000 MobileNetV2 candidates, 490 s of a 1590 s run, for a level the host did not come back to.
 
 A round trip over CONTENDED_FACTOR times the lowest is not that state but a thread that
 lost its core to other work (a probe then reads microseconds): waiting for a quiet
@@ -34,12 +29,11 @@ from __future__ import annotations
 
 import ctypes
 import time
-from collections import deque
 
 import numpy as np
 
 __all__ = ["CrossCoreProbe", "QuietHost", "QUIET_FACTOR", "CONTENDED_FACTOR", "GIVE_UP_AFTER",
-           "LEVEL_PROBES", "NOW_IR"]
+           "NOW_IR"]
 
 # A round trip this many times the lowest seen marks the slow state (the two states measured
 # 90-130 ns and 370-450 ns; a preempted probe reads far higher still).
@@ -48,8 +42,6 @@ QUIET_FACTOR = 2.0
 CONTENDED_FACTOR = 8.0
 # Waits in a row that run out before the lowest round trip is reset to the current one.
 GIVE_UP_AFTER = 3
-# Probes in a row whose highest is a level the host held (see the module text).
-LEVEL_PROBES = 3
 PROBE_ROUNDS = 1000
 
 # clock_gettime's monotonic clock (the clock of time.perf_counter), by this platform's number.
@@ -172,29 +164,26 @@ class CrossCoreProbe:
 
 
 class QuietHost:
-    """The worker's view of the host across candidates: the lowest level of the round trip
-    seen, and ``wait(limit)`` (see the module text).  ``probe``, ``clock`` and ``sleep`` are
+    """The worker's view of the host across candidates: the lowest round trip seen, and
+    ``wait(limit)`` (see the module text).  ``probe``, ``clock`` and ``sleep`` are
     replaceable for tests."""
 
     def __init__(self, probe=None, clock=time.monotonic, sleep=time.sleep):
         self.probe = probe if probe is not None else CrossCoreProbe()
         self.clock, self.sleep = clock, sleep
         self.lowest: float | None = None
-        self.recent: deque[float] = deque(maxlen=LEVEL_PROBES)
         self.failed_waits = 0
         self.waits = 0
         self.waited_seconds = 0.0
 
     def _quiet(self) -> tuple[bool, float | None]:
         """(whether to time now, the round trip): yes when the round trip is within
-        QUIET_FACTOR of the lowest level, or beyond CONTENDED_FACTOR (see the module text)."""
+        QUIET_FACTOR of the lowest, or beyond CONTENDED_FACTOR (see the module text)."""
         rtt = self.probe()
         if rtt is None:
             return True, None
-        self.recent.append(rtt)
-        level = max(self.recent)
-        if self.lowest is None or level < self.lowest:
-            self.lowest = level
+        if self.lowest is None or rtt < self.lowest:
+            self.lowest = rtt
         return rtt <= QUIET_FACTOR * self.lowest or rtt > CONTENDED_FACTOR * self.lowest, rtt
 
     def wait(self, limit: float) -> float:
