@@ -66,3 +66,29 @@ def test_e2e_prints_json_and_resumes(tmp_path):
         assert e2e.main(args) == 0
     (entry,) = json.loads(buf.getvalue())["models"]
     assert [b["trials_this_run"] for b in entry["budgets"]] == [0, 0]
+
+
+def test_e2e_compare_times_each_database_s_build_beside_onnxruntime(tmp_path):
+    from benchmarks import e2e, e2e_compare
+
+    tuned, empty = str(tmp_path / "tuned.db"), str(tmp_path / "empty.db")
+    with redirect_stdout(io.StringIO()):
+        assert e2e.main(["--small", "--models", "mobilenet_v2", "--budgets", "2",
+                         "--batch-size", "2", "--repeat", "2", "--db", tuned]) == 0
+    from records import Database
+    Database(empty).close()
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert e2e_compare.main(["--small", "--model", "mobilenet_v2", "--repeat", "3",
+                                 "--db", tuned, "--db", empty]) == 0
+    doc = json.loads(buf.getvalue())
+    assert doc["model"] == "mobilenet_v2" and doc["onnxruntime_ms"] > 0
+    rows = doc["builds"]
+    assert [r["db"] for r in rows] == ["tuned.db", "empty.db"]
+    # Records cover some of the first build; the empty database builds default schedules.
+    assert rows[0]["coverage"] > 0 and rows[1]["coverage"] == 0
+    for r in rows:
+        assert r["ms"] > 0 and r["vs_onnxruntime"] > 0
+        assert r["max_abs_diff_vs_onnxruntime"] < 1e-3
+    with pytest.raises(SystemExit):
+        e2e_compare.main(["--model", "mobilenet_v2", "--db", str(tmp_path / "none.db")])

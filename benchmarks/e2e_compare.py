@@ -1,0 +1,84 @@
+"""One model built from several tuning databases, timed side by side with onnxruntime.
+
+    python -m benchmarks.e2e_compare --model mobilenet_v2 --db a.db --db b.db
+    python -m benchmarks.e2e_compare --model resnet18 --db e2e.db --small   # a quick check
+
+Two tuning runs (two versions of the tuner, or two seeds) are compared by what their records
+build, not by figures taken at different times: on a shared machine onnxruntime's own latency
+moved from 4.9 to 5.8 ms between runs an hour apart.  Every build and onnxruntime are timed in
+alternating rounds (benchmarks.common.interleaved_medians), each against onnxruntime by the
+median of the rounds' ratios, as benchmarks.e2e does.  Prints one JSON document: per database
+its latency, ratio, coverage (the FLOPs share with a record) and largest difference from
+onnxruntime's outputs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import numpy as np
+
+from benchmarks.e2e import MODELS, SMALL_OPTIONS, onnxruntime_session, to_onnx
+
+
+def compare(name: str, databases: list[str], threads: int = 2, rounds: int = 30,
+            small: bool = False) -> dict:
+    import autotune
+    from autotune.model_build import build_model
+    from benchmarks.common import interleaved_medians
+
+    options = SMALL_OPTIONS[name] if small else {}
+    model = autotune.load_model(name, **options)
+    target = autotune.Target(f"llvm -num-cores {threads}")
+    rng = np.random.default_rng(0)
+    feed = {n: rng.uniform(-1, 1, t.shape).astype(t.dtype)
+            for n, t in model.input_types().items()}
+    sess = onnxruntime_session(to_onnx(model), threads)
+    theirs = sess.run(None, feed)
+    builds, rows = {}, []
+    for k, db in enumerate(databases):
+        lib = build_model(model, target, database=db, warn=False)
+        got = lib.run(feed)
+        builds[f"db{k}"] = lib
+        rows.append({"db": os.path.basename(db), "coverage": lib.report.coverage,
+                     "max_abs_diff_vs_onnxruntime": max(
+                         float(np.max(np.abs(got[o.name] - t)))
+                         for o, t in zip(sess.get_outputs(), theirs))})
+    fns = {key: (lambda lib=lib: lib.run(feed)) for key, lib in builds.items()}
+    fns["onnxruntime"] = lambda: sess.run(None, feed)
+    times = interleaved_medians(fns, rounds=rounds, min_seconds=0.02 if small else 0.05)
+    ort = times["onnxruntime"]["samples_s"]
+    for key, row in zip(builds, rows):
+        row["ms"] = times[key]["median_s"] * 1e3
+        row["vs_onnxruntime"] = round(statistics.median(
+            a / b for a, b in zip(times[key]["samples_s"], ort)), 3)
+    return {"benchmark": "e2e_compare", "model": name, "options": options,
+            "target": str(target), "threads": threads, "rounds": rounds,
+            "onnxruntime_ms": times["onnxruntime"]["median_s"] * 1e3, "builds": rows}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.e2e_compare",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, choices=MODELS)
+    parser.add_argument("--db", action="append", required=True,
+                        help="a tuning database (repeat for each build)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=30, help="timed rounds")
+    parser.add_argument("--small", action="store_true",
+                        help="the shrunk model and short rounds: checks the command quickly")
+    args = parser.parse_args(argv)
+    missing = [db for db in args.db if not os.path.exists(db)]
+    if missing:
+        parser.error(f"no such database: {', '.join(missing)}")
+    print(json.dumps(compare(args.model, args.db, args.threads, args.repeat, args.small),
+                     indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
