@@ -151,6 +151,20 @@ def onnxruntime_session(proto, threads: int):
                                 providers=["CPUExecutionProvider"])
 
 
+def model_feed(model) -> dict:
+    """The benchmark's inputs of ``model``: uniform in [-1, 1), seed 0."""
+    rng = np.random.default_rng(0)
+    return {n: rng.uniform(-1, 1, t.shape).astype(t.dtype)
+            for n, t in model.input_types().items()}
+
+
+def round_ratio(ours, theirs) -> float:
+    """The median of the rounds' ratios of two sample lists timed in the same rounds."""
+    import statistics
+
+    return round(statistics.median(a / b for a, b in zip(ours, theirs)), 3)
+
+
 def side_by_side(ours, theirs, rounds: int, min_seconds: float = 0.05, exported=None
                  ) -> dict:
     """Our executor and onnxruntime (and the exported artifact, when given) timed in
@@ -162,8 +176,6 @@ def side_by_side(ours, theirs, rounds: int, min_seconds: float = 0.05, exported=
     kernels more than onnxruntime's: medians taken over the whole run then compare rounds
     of different states.  The ratio within each round compares like with like; short
     rounds (``min_seconds``) keep both sides of a round in one state."""
-    import statistics
-
     from benchmarks.common import interleaved_medians
 
     fns = {"ours": ours, "onnxruntime": theirs}
@@ -174,9 +186,7 @@ def side_by_side(ours, theirs, rounds: int, min_seconds: float = 0.05, exported=
     theirs_ms = times["onnxruntime"]["median_s"] * 1e3
 
     def ratio(name: str) -> float:
-        return round(statistics.median(
-            a / b for a, b in zip(times[name]["samples_s"], times["onnxruntime"]["samples_s"])),
-            3)
+        return round_ratio(times[name]["samples_s"], times["onnxruntime"]["samples_s"])
 
     out = {"ours_ms": ours_ms, "onnxruntime_ms": theirs_ms, "ratio": ratio("ours"),
            "ratio_of_medians": round(ours_ms / theirs_ms, 3),
@@ -239,9 +249,7 @@ def bench_model(name: str, args) -> dict:
     options = SMALL_OPTIONS[name] if args.small else {}
     model = autotune.load_model(name, **options)
     target = autotune.Target(f"llvm -num-cores {args.threads}")
-    rng = np.random.default_rng(0)
-    feed = {n: rng.uniform(-1, 1, t.shape).astype(t.dtype)
-            for n, t in model.input_types().items()}
+    feed = model_feed(model)
     out: dict = {"model": name, "options": options, "target": str(target),
                  "tasks": len(model_tasks(model)), "threads": args.threads}
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import numpy as np
 
-from benchmarks.e2e import MODELS, SMALL_OPTIONS, onnxruntime_session, to_onnx
+from benchmarks.e2e import (MODELS, SMALL_OPTIONS, model_feed, onnxruntime_session,
+                            round_ratio, to_onnx)
 
 
 def compare(name: str, databases: list[str], threads: int = 2, rounds: int = 30,
@@ -33,9 +33,7 @@ def compare(name: str, databases: list[str], threads: int = 2, rounds: int = 30,
     options = SMALL_OPTIONS[name] if small else {}
     model = autotune.load_model(name, **options)
     target = autotune.Target(f"llvm -num-cores {threads}")
-    rng = np.random.default_rng(0)
-    feed = {n: rng.uniform(-1, 1, t.shape).astype(t.dtype)
-            for n, t in model.input_types().items()}
+    feed = model_feed(model)
     sess = onnxruntime_session(to_onnx(model), threads)
     theirs = sess.run(None, feed)
     builds, rows = {}, []
@@ -53,8 +51,7 @@ def compare(name: str, databases: list[str], threads: int = 2, rounds: int = 30,
     ort = times["onnxruntime"]["samples_s"]
     for key, row in zip(builds, rows):
         row["ms"] = times[key]["median_s"] * 1e3
-        row["vs_onnxruntime"] = round(statistics.median(
-            a / b for a, b in zip(times[key]["samples_s"], ort)), 3)
+        row["vs_onnxruntime"] = round_ratio(times[key]["samples_s"], ort)
     return {"benchmark": "e2e_compare", "model": name, "options": options,
             "target": str(target), "threads": threads, "rounds": rounds,
             "onnxruntime_ms": times["onnxruntime"]["median_s"] * 1e3, "builds": rows}
