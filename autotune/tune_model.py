@@ -231,6 +231,17 @@ def streamed_bytes(model: Model, target: Target) -> int:
     return total if total > target.l2_cache * max(1, target.num_cores) else 0
 
 
+def weight_state(model: Model, target: Target) -> tuple[bool, int]:
+    """How the tuner times the weights of ``model``'s tasks on ``target``: the
+    ``(cold_weights, cold_bytes)`` of their MeasureInputs.  Read from memory (copies over
+    twice the L3) where weights_read_cold holds, else out of the private caches by the bytes
+    the model streams (streamed_bytes) where that is over 0, else warm: ``(False, 0)``."""
+    if weights_read_cold(model, target):
+        return True, 0
+    streamed = streamed_bytes(model, target)
+    return streamed > 0, streamed
+
+
 def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                database: str | os.PathLike | Database | None = None, *,
                time_budget: float | str | None = None, deadline: float | None = None,
@@ -301,10 +312,7 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
     end_by = min(limits) if limits else None
     model = load_model(model, input_shapes, **(model_options or {}))
     tasks = model_tasks(model)
-    # Weights read from memory (2x the L3 of copies), else out of the private caches by the
-    # bytes the model streams (see streamed_bytes), else warm.
-    cold = weights_read_cold(model, target)
-    cold_bytes = 0 if cold else streamed_bytes(model, target)
+    cold_weights, cold_bytes = weight_state(model, target)
     if not tasks:
         raise TuneError(f"tune_model: {model.name} has no fused function to tune")
     if trials is None and end_by is None:
@@ -336,7 +344,7 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                                search.create(strategy, seed=task_seed), model,
                                measure_config=config, log=log,
                                weight_params=task.weight_params,
-                               cold_weights=cold or cold_bytes > 0, cold_bytes=cold_bytes,
+                               cold_weights=cold_weights, cold_bytes=cold_bytes,
                                # Activations as their producer leaves them (see
                                # MeasureInput.fresh_inputs); a CPU runner's protocol.
                                fresh_inputs=target.kind == "llvm")

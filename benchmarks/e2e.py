@@ -11,10 +11,13 @@ it prints, as one JSON document: the number of tasks; the end-to-end latency bui
 default schedules; for every budget (the model's total trials in the database, so budgets are
 reached one after the other and a stopped run continues where it was) the tuning time spent,
 the estimated latency (the tasks' best times) and the measured latency of the model built
-from the records (``tuned_vs_tasks``: their ratio), their coverage, the largest difference
+from the records (``tuned_vs_tasks``: their ratio), the same ratio against the tasks' best
+records re-timed alone in alternating rounds with the model (``tuned_vs_tasks_retimed``:
+this host's speed drifts over a tuning run, see retime_tasks), their coverage, the largest difference
 from onnxruntime's outputs, the same build exported (``export_library``) and run by the
 artifact's own numpy-and-ctypes loader (``exported_ms``, timed in the same rounds), and per
-task its kernels' time in the model beside its best record's time alone (``kernels``).  Each
+task its kernels' time in the model beside its best record's time alone, stored and
+re-timed (``kernels``).  Each
 latency of ours (default schedules, each budget) is timed in alternating rounds with
 onnxruntime on the same model (the same weights, exported from our graph to ONNX here, its
 output checked against ours), so that the ratio (``default_vs_onnxruntime``,
@@ -212,10 +215,13 @@ def exported_copy(lib, folder: str):
     return loader.load(folder)
 
 
-def kernel_table(lib, database: str, target, repeat: int = 15) -> list[dict]:
+def kernel_table(lib, database: str, target, repeat: int = 15, alone: dict | None = None
+                 ) -> list[dict]:
     """Per task of the built model, heaviest first: its kernels' median time in the model
     (``lib.profile``, summed over its calls) beside the time its best record was measured
-    at alone (the tuner's measurement, times its calls), and their ratio."""
+    at alone (the tuner's measurement, times its calls), and their ratio; with ``alone``
+    (ms per call by workload key, retime_tasks'), the record re-timed alone beside the model
+    too (``alone_ms``, ``model_vs_alone``)."""
     from records import Database
 
     rows: dict[str, dict] = {}
@@ -232,7 +238,70 @@ def kernel_table(lib, database: str, target, repeat: int = 15) -> list[dict]:
             row["task_ms"] = None if seconds is None else seconds * 1e3 * row["calls"]
             row["model_vs_task"] = (round(row["model_ms"] / row["task_ms"], 3)
                                     if row["task_ms"] else None)
+            if alone and key in alone:
+                row["alone_ms"] = alone[key] * row["calls"]
+                row["model_vs_alone"] = round(row["model_ms"] / row["alone_ms"], 3)
     return sorted(rows.values(), key=lambda r: -r["model_ms"])
+
+
+def retime_tasks(model, target, database: str, run_model, rounds: int = 5, config=None) -> dict:
+    """The tasks' best records timed alone again, in the minutes the built model is timed:
+    each round times every task once through the tuner's builder and runner (the tuning's
+    protocol and weight state, ``tune_model.weight_state``), then the model (``run_model``,
+    one inference).  Returns ``tasks_ms`` (the median round's sum of the tasks' times
+    weighted by their calls), ``model_ms``, ``model_vs_tasks`` (the median of the rounds'
+    ratios) and ``alone_ms`` per workload key (one call, median over the rounds).
+
+    NOTE: the stored best times were measured over the tuning run, while this host's speed
+    drifted by tens of percent over an hour (onnxruntime's MobileNetV2 4.9 ms in one run,
+    5.8 ms in the next; ResNet-18's best records re-timed alone 1.5x their stored times
+    an hour later, and 1.07x the model timed beside them); the model set against its tasks
+    timed in the same minutes tells what the executor adds, the stored sum does not."""
+    import statistics
+
+    from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
+    from autotune.measure import remove_artifacts
+    from autotune.tune_model import model_tasks, weight_state
+    from benchmarks.common import time_once
+    from records import Database
+    from schedules.postproc import replay
+
+    cold_weights, cold_bytes = weight_state(model, target)
+    tasks, inputs = [], []
+    with Database(database) as db:
+        for task in model_tasks(model):
+            best = db.best(task.key, str(target))
+            if best is None:
+                continue
+            tasks.append(task)
+            inputs.append(MeasureInput(
+                replay(best.trace(), task.func, target).func, target, task.key,
+                reference=task.func, weight_params=task.weight_params,
+                cold_weights=cold_weights, cold_bytes=cold_bytes,
+                fresh_inputs=target.kind == "llvm"))
+    alone: list[list[float]] = [[] for _ in tasks]
+    sums, model_s = [], []
+    with LocalBuilder() as builder, LocalRunner(config or MeasureConfig()) as runner:
+        builds = builder.build(inputs)
+        try:
+            run_model()
+            for _ in range(rounds):
+                total = 0.0
+                for i, (task, result) in enumerate(zip(tasks, runner.run(inputs, builds))):
+                    if result.is_error:
+                        raise RuntimeError(f"re-timing {task.name} failed: "
+                                           f"{result.error_kind}: {result.error_msg}")
+                    seconds = statistics.median(result.run_times)
+                    alone[i].append(seconds)
+                    total += seconds * task.weight
+                sums.append(total)
+                model_s.append(time_once(run_model, 0.2))
+        finally:
+            remove_artifacts(builds)
+    return {"tasks_ms": statistics.median(sums) * 1e3,
+            "model_ms": statistics.median(model_s) * 1e3,
+            "model_vs_tasks": round_ratio(model_s, sums),
+            "alone_ms": {t.key: statistics.median(a) * 1e3 for t, a in zip(tasks, alone)}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,6 +349,8 @@ def bench_model(name: str, args) -> dict:
                                          measure_config=config, listener=progress.listener,
                                          log=progress.line,
                                          remeasure_top=1 if args.small else 3)
+        # Tuning alone: the build and the timing below are not part of it.
+        tuning_seconds = round(time.perf_counter() - start, 1)
         tuned = build_model(model, target, database=args.db, warn=False)
         got = tuned.run(feed)
         diff = max(float(np.max(np.abs(got[k] - ours[k]))) for k in ours)
@@ -289,10 +360,13 @@ def bench_model(name: str, args) -> dict:
             both = side_by_side(lambda lib=tuned: lib.run(feed), lambda: sess.run(None, feed),
                                 args.repeat, exported=lambda m=deployed: m.run(feed))
             del deployed
+        # The tasks' best records and the model timed again in the same minutes.
+        now = retime_tasks(model, target, args.db, lambda lib=tuned: lib.run(feed),
+                           rounds=2 if args.small else 5, config=config)
         estimated_ms = result.estimated_latency * 1e3
         out["budgets"].append({
             "trials": result.trials, "budget": budget, "trials_this_run": result.trials_run,
-            "tuning_seconds": round(time.perf_counter() - start, 1),
+            "tuning_seconds": tuning_seconds,
             # Candidates whose timing waited for the host's cores to be quiet, and the wait.
             "host_waits": result.host_waits[0],
             "host_wait_seconds": round(result.host_waits[1], 1),
@@ -302,6 +376,9 @@ def bench_model(name: str, args) -> dict:
             "tuned_ms": both["ours_ms"], "onnxruntime_ms": both["onnxruntime_ms"],
             "tuned_vs_onnxruntime": both["ratio"],
             "tuned_vs_tasks": round(both["ours_ms"] / estimated_ms, 3) if estimated_ms else None,
+            # The same, on the tasks re-timed alone beside the model (see retime_tasks).
+            "tasks_retimed_ms": now["tasks_ms"], "tuned_beside_tasks_ms": now["model_ms"],
+            "tuned_vs_tasks_retimed": now["model_vs_tasks"],
             "exported_ms": both["exported_ms"],
             "tuned_vs_onnxruntime_ratio_of_medians": both["ratio_of_medians"],
             "exported_vs_onnxruntime": both["exported_ratio"],
@@ -311,7 +388,7 @@ def bench_model(name: str, args) -> dict:
             "exported_max_abs_diff": max(float(np.max(np.abs(exported_out[k] - got[k])))
                                          for k in got),
             "rounds_ms": both["rounds_ms"],
-            "kernels": kernel_table(tuned, args.db, target)})
+            "kernels": kernel_table(tuned, args.db, target, alone=now["alone_ms"])})
     return out
 
 

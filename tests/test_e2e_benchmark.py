@@ -60,6 +60,16 @@ def test_e2e_prints_json_and_resumes(tmp_path):
         assert set(rounds) == {"ours", "onnxruntime", "exported"}
         # (the rounds are kept to 0.1 us: a median of a tiny model may sit half a step out)
         assert min(rounds["ours"]) - 5e-5 <= b["tuned_ms"] <= max(rounds["ours"]) + 5e-5
+        # The tuned tasks' best records re-timed alone beside the model: with two rounds
+        # (--small) the median round's sum is the sum of the per-task medians (means of 2),
+        # each in the kernel table under its task.
+        assert b["tasks_retimed_ms"] > 0 and b["tuned_beside_tasks_ms"] > 0
+        alone = [k["alone_ms"] for k in b["kernels"] if "alone_ms" in k]
+        assert alone and len(alone) <= len(b["kernels"])
+        assert sum(alone) == pytest.approx(b["tasks_retimed_ms"], rel=1e-9)
+        assert all(k["model_vs_alone"] == round(k["model_ms"] / k["alone_ms"], 3)
+                   for k in b["kernels"] if "alone_ms" in k)
+        assert b["tuned_vs_tasks_retimed"] > 0
     # Run again: the budgets are already reached, nothing is measured.
     buf = io.StringIO()
     with redirect_stdout(buf):

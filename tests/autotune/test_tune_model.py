@@ -267,7 +267,7 @@ def test_tune_model_times_weights_out_of_the_private_caches_the_model_outgrows(t
     weights rotated over as many bytes as the model streams (MeasureInput.cold_bytes); where
     they outgrow the last-level cache too, over twice it (cold_bytes 0, from memory); where
     the private caches hold the model, warm."""
-    from autotune.tune_model import streamed_bytes, weights_read_cold
+    from autotune.tune_model import streamed_bytes, weight_state, weights_read_cold
     from search.simulation import SimulationBuilder, SimulationRunner
 
     path = write_tiny_mlp(tmp_path / "mlp.onnx")
@@ -290,6 +290,8 @@ def test_tune_model_times_weights_out_of_the_private_caches_the_model_outgrows(t
                             builder=SimulationBuilder(), runner=SimulationRunner(cost),
                             remeasure_top=0, build=False)
         assert seen and set(seen) == {want}, target
+        # weight_state answers what tune_model used (the benchmark re-times records by it).
+        assert weight_state(model, Target(str(target))) == want
 
 
 def test_streamed_bytes_are_the_weights_and_the_planned_activations():
