@@ -197,6 +197,26 @@ def test_best_reported_is_always_re_measured(space):
     assert all(runner.runs[h] == 3 for h in runner.lucky)  # 1 + 2 rounds, once each
 
 
+def test_re_measured_groups_grow_until_the_best_was_re_measured(space):
+    # Twelve records first timed in a fast spell: passes of a fixed 3 (9 records in three
+    # passes) would leave one of them on top, never re-measured.  The groups double (3, then
+    # the new ones among the best 6, then among the best 12): all twelve are re-timed, and
+    # the best reported is a re-measured record with its true time.
+    runner = LuckyRunner(space, lucky=12)
+    db = MemoryDatabase()
+    result = autotune.tune(space.func, "llvm", trials=32, database=db, batch_size=8,
+                           builder=SimulationBuilder(), runner=runner, space=space, log=False,
+                           remeasure_top=3, remeasure_rounds=2)
+    assert len(runner.lucky) == 12
+    assert all(runner.runs[h] == 3 for h in runner.lucky)  # 1 + 2 rounds, once each
+    best = db.best(Workload(space.func).key, "llvm")
+    assert best.remeasure_count >= 1
+    # Neither a lucky first time (0.1 x base) nor a lucky record re-timed (100 x base).
+    assert 0.1 * runner.base < best.score < 50 * runner.base
+    assert result.best_time == best.score
+    assert 12 < len(result.remeasured) <= 3 + 6 + 12 + 24
+
+
 def test_loop_rejects_bad_arguments(space, runner):
     with pytest.raises(search.SearchError, match="batch_size"):
         make_loop(space, runner, batch_size=0)
