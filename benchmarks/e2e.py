@@ -13,12 +13,11 @@ reached one after the other and a stopped run continues where it was) the tuning
 the estimated latency (the tasks' best times) and the measured latency of the model built
 from the records (``tuned_vs_tasks``: their ratio), the same ratio against the tasks' best
 records re-timed alone in alternating rounds with the model (``tuned_vs_tasks_retimed``:
-this host's speed drifts over a tuning run, see retime_tasks), their coverage, the largest difference
-from onnxruntime's outputs, the same build exported (``export_library``) and run by the
-artifact's own numpy-and-ctypes loader (``exported_ms``, timed in the same rounds), and per
-task its kernels' time in the model beside its best record's time alone, stored and
-re-timed (``kernels``).  Each
-latency of ours (default schedules, each budget) is timed in alternating rounds with
+this host's speed drifts over a tuning run, see retime_tasks), their coverage, the largest
+difference from onnxruntime's outputs, the same build exported (``export_library``) and run
+by the artifact's own numpy-and-ctypes loader (``exported_ms``, timed in the same rounds),
+and per task its kernels' time in the model beside its best record's time alone, stored and
+re-timed (``kernels``).  Each latency of ours (default schedules, each budget) is timed in alternating rounds with
 onnxruntime on the same model (the same weights, exported from our graph to ONNX here, its
 output checked against ours), so that the ratio (``default_vs_onnxruntime``,
 ``tuned_vs_onnxruntime``) compares the two under the same machine load: it is the median
@@ -254,9 +253,10 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = 5, confi
 
     NOTE: the stored best times were measured over the tuning run, while this host's speed
     drifted by tens of percent over an hour (onnxruntime's MobileNetV2 4.9 ms in one run,
-    5.8 ms in the next; ResNet-18's best records re-timed alone 1.5x their stored times
-    an hour later, and 1.07x the model timed beside them); the model set against its tasks
-    timed in the same minutes tells what the executor adds, the stored sum does not."""
+    5.8 ms in the next; the best records of ResNet-18's twelve heaviest tasks, re-timed
+    alone an hour after tuning, summed to 1.56x their stored times and 1.07x the same
+    kernels' times in the model profiled beside them); the model set against its tasks timed
+    in the same minutes tells what the executor adds, the stored sum does not."""
     import statistics
 
     from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput

@@ -159,12 +159,19 @@ class LuckyRunner(SimulationRunner):
         return super().cost(inp)
 
 
+def tune_lucky(space, runner, trials: int = 16, rounds: int = 3):
+    """``autotune.tune`` on the simulated ``runner`` with re-measurement of the top 3:
+    (result, database)."""
+    db = MemoryDatabase()
+    result = autotune.tune(space.func, "llvm", trials=trials, database=db, batch_size=8,
+                           builder=SimulationBuilder(), runner=runner, space=space, log=False,
+                           remeasure_top=3, remeasure_rounds=rounds)
+    return result, db
+
+
 def test_remeasuring_the_top_keeps_the_best_median(space):
     runner = LuckyRunner(space)
-    db = MemoryDatabase()
-    result = autotune.tune(space.func, "llvm", trials=16, database=db, batch_size=8,
-                           builder=SimulationBuilder(), runner=runner, space=space, log=False,
-                           remeasure_top=3, remeasure_rounds=3)
+    result, db = tune_lucky(space, runner)
     key = Workload(space.func).key
     # Before: the lucky record ranked first.  It was re-measured (3 rounds, interleaved with
     # the two next), its pooled median became its true time, and it lost the first place.
@@ -185,10 +192,7 @@ def test_best_reported_is_always_re_measured(space):
     # The whole top 3 was lucky: after their re-measurement the best record is one that was
     # never re-measured, so a second pass re-times it (beside the best re-measured one).
     runner = LuckyRunner(space, lucky=3)
-    db = MemoryDatabase()
-    result = autotune.tune(space.func, "llvm", trials=16, database=db, batch_size=8,
-                           builder=SimulationBuilder(), runner=runner, space=space, log=False,
-                           remeasure_top=3, remeasure_rounds=2)
+    result, db = tune_lucky(space, runner, rounds=2)
     best = db.best(Workload(space.func).key, "llvm")
     assert best.remeasure_count >= 1
     assert best.record_id in {d["record_id"] for d in result.remeasured}
@@ -203,10 +207,7 @@ def test_re_measured_groups_grow_until_the_best_was_re_measured(space):
     # the new ones among the best 6, then among the best 12): all twelve are re-timed, and
     # the best reported is a re-measured record with its true time.
     runner = LuckyRunner(space, lucky=12)
-    db = MemoryDatabase()
-    result = autotune.tune(space.func, "llvm", trials=32, database=db, batch_size=8,
-                           builder=SimulationBuilder(), runner=runner, space=space, log=False,
-                           remeasure_top=3, remeasure_rounds=2)
+    result, db = tune_lucky(space, runner, trials=32, rounds=2)
     assert len(runner.lucky) == 12
     assert all(runner.runs[h] == 3 for h in runner.lucky)  # 1 + 2 rounds, once each
     best = db.best(Workload(space.func).key, "llvm")
