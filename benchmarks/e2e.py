@@ -17,13 +17,14 @@ this host's speed drifts over a tuning run, see retime_tasks), their coverage, t
 difference from onnxruntime's outputs, the same build exported (``export_library``) and run
 by the artifact's own numpy-and-ctypes loader (``exported_ms``, timed in the same rounds),
 and per task its kernels' time in the model beside its best record's time alone, stored and
-re-timed (``kernels``).  Each latency of ours (default schedules, each budget) is timed in alternating rounds with
-onnxruntime on the same model (the same weights, exported from our graph to ONNX here, its
-output checked against ours), so that the ratio (``default_vs_onnxruntime``,
-``tuned_vs_onnxruntime``) compares the two under the same machine load: it is the median
-of the rounds' ratios (see side_by_side).  Both use ``--threads`` threads (2 by default): our
-target is ``llvm -num-cores N``, onnxruntime's session has ``intra_op_num_threads=N``.
-Latencies are medians of ``--repeat`` rounds of at least 0.05 s each.
+re-timed (``kernels``).  Each latency of ours (default schedules, each budget) is timed in
+alternating rounds with onnxruntime on the same model (the same weights, exported from our
+graph to ONNX here, its output checked against ours), so that the ratio
+(``default_vs_onnxruntime``, ``tuned_vs_onnxruntime``) compares the two under the same
+machine load: it is the median of the rounds' ratios (see side_by_side).  Both use
+``--threads`` threads (2 by default): our target is ``llvm -num-cores N``, onnxruntime's
+session has ``intra_op_num_threads=N``.  Latencies are medians of ``--repeat`` rounds of at
+least 0.05 s each.
 
 The full run (4000 trials of resnet18) takes hours; progress lines go to standard error.
 """

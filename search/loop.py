@@ -30,8 +30,9 @@ Resuming: the first step (and every ``run``) first reads the database: every mea
 final-trace hash is excluded, and the ``warm_start`` best records are replayed, given to the
 cost model as training data and to the strategy as elites (parents), and their best time
 seeds the runner (its slow-candidate cut and output checks start from it).
-``run(trials)`` measures ``trials`` new candidates; ``run(trials, top_up=True)`` treats ``trials`` as the workload's total and measures only what
-the database lacks of it (what ``autotune.tune`` does by default).
+``run(trials)`` measures ``trials`` new candidates; ``run(trials, top_up=True)`` treats
+``trials`` as the workload's total and measures only what the database lacks of it (what
+``autotune.tune`` does by default).
 
 Time is accounted per phase (``LoopResult.phase_seconds``): "warm_start", "search" (sampling,
 replay, mutation), "predict" (features, predictions), "build", "run" (runner wall time, of
