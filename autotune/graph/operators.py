@@ -447,6 +447,69 @@ _register("winograd_output_cols", REDUCTION, (2, 2), _winograd_output_cols_infer
               attrs["width"]))
 
 
+def _winograd_rows_nchwc_infer(types, attrs):
+    data, bt = types
+    _check(len(data.shape) == 5, "winograd_input_rows_nchwc",
+           f"data must be NCHW[b]c (rank 5), got {data.shape}")
+    n, cb, h, w, b = data.shape
+    a, _, _, th, width = _winograd_rows_infer(
+        [TensorType((n, cb * b, h, w), data.dtype), bt], attrs).shape
+    return TensorType((a, n, cb, th, width, b), data.dtype)
+
+
+def _winograd_cols_nchwc_infer(types, attrs):
+    rows, bt = types
+    _check(len(rows.shape) == 6, "winograd_input_cols_nchwc",
+           f"T must be (m+2, N, C/b, th, tw * m + 2, b), got {rows.shape}")
+    a, n, cb, th, width, b = rows.shape
+    return _winograd_cols_infer([TensorType((a, n, cb * b, th, width), rows.dtype), bt], attrs)
+
+
+def _winograd_output_rows_nchwc_infer(types, attrs):
+    m, a, k, p = _winograd_output_rows_infer(types, attrs).shape
+    return TensorType((m, a, p, k), types[0].dtype)
+
+
+def _winograd_output_cols_nchwc_infer(types, attrs):
+    op = "winograd_output_cols_nchwc"
+    rows, at = types
+    _check(len(rows.shape) == 4, op, f"S must be (m, m+2, P, K), got {rows.shape}")
+    m, a, p, k = rows.shape
+    n, _, oh, ow = _winograd_output_cols_infer(
+        [TensorType((m, a, k, p), rows.dtype), at], attrs).shape
+    block = attrs["block"]
+    _check(block >= 1 and k % block == 0, op,
+           f"{k} channels are not a multiple of the block {block}")
+    return TensorType((n, k // block, oh, ow, block), rows.dtype)
+
+
+# The same transforms in the blocked channel layout (``blocked_layout`` puts them in place of
+# the NCHW ones): the channels are the innermost axis of every half, so none turns the
+# layout (see tensor_ir.ops.winograd).
+_register("winograd_input_rows_nchwc", REDUCTION, (2, 2), _winograd_rows_nchwc_infer,
+          lambda args, attrs, name: ops.te_winograd_input_rows_nchwc(
+              args[0], args[1], attrs["tile"], attrs["pads"], name=name),
+          lambda arrays, attrs: ops.ref_winograd_input_rows_nchwc(
+              arrays[0], arrays[1], attrs["tile"], attrs["pads"]))
+_register("winograd_input_cols_nchwc", REDUCTION, (2, 2), _winograd_cols_nchwc_infer,
+          lambda args, attrs, name: ops.te_winograd_input_cols_nchwc(
+              args[0], args[1], attrs["tile"], name=name),
+          lambda arrays, attrs: ops.ref_winograd_input_cols_nchwc(arrays[0], arrays[1],
+                                                                  attrs["tile"]))
+_register("winograd_output_rows_nchwc", REDUCTION, (2, 2), _winograd_output_rows_nchwc_infer,
+          lambda args, attrs, name: ops.te_winograd_output_rows_nchwc(
+              args[0], args[1], attrs["tile"], name=name),
+          lambda arrays, attrs: ops.ref_winograd_output_rows_nchwc(arrays[0], arrays[1],
+                                                                   attrs["tile"]))
+_register("winograd_output_cols_nchwc", REDUCTION, (2, 2), _winograd_output_cols_nchwc_infer,
+          lambda args, attrs, name: ops.te_winograd_output_cols_nchwc(
+              args[0], args[1], attrs["tile"], attrs["batch"], attrs["height"],
+              attrs["width"], attrs["block"], name=name),
+          lambda arrays, attrs: ops.ref_winograd_output_cols_nchwc(
+              arrays[0], arrays[1], attrs["tile"], attrs["batch"], attrs["height"],
+              attrs["width"], attrs["block"]))
+
+
 def _nchwc_infer(op, library_shape):
     """Shape inference of a blocked convolution: the library's own check of the operand
     shapes (``tensor_ir.ops.layout``), its error raised as a GraphError."""
@@ -596,6 +659,24 @@ _register("avg_pool2d", REDUCTION, (1, 1), _pool_infer,
           lambda arrays, attrs: ops.ref_avg_pool2d(
               arrays[0], attrs["kernel"], attrs["strides"], attrs["pads"],
               attrs.get("count_include_pad", False)))
+
+
+def _pool_nchwc_infer(types, attrs):
+    x = types[0]
+    _check(len(x.shape) == 5, "max_pool2d_nchwc", f"data must be NCHW[b]c, got {x.shape}")
+    n, cb, h, w, b = x.shape
+    _, _, oh, ow = _pool_infer([TensorType((n, cb * b, h, w), x.dtype)], attrs).shape
+    return TensorType((n, cb, oh, ow, b), x.dtype)
+
+
+# In the blocked channel layout (``blocked_layout`` puts it in place of a max_pool2d whose
+# input is blocked).
+_register("max_pool2d_nchwc", REDUCTION, (1, 1), _pool_nchwc_infer,
+          lambda args, attrs, name: ops.te_max_pool2d_nchwc(args[0], attrs["kernel"],
+                                                            attrs["strides"], attrs["pads"],
+                                                            name=name),
+          lambda arrays, attrs: ops.ref_max_pool2d_nchwc(arrays[0], attrs["kernel"],
+                                                         attrs["strides"], attrs["pads"]))
 
 
 def _gap_infer(types, attrs):

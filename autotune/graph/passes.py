@@ -345,6 +345,35 @@ def _layout_blocks(model: Model, node: Node, block: int) -> tuple[int, int] | No
     return (cb, kb) if groups == c == k and cg == 1 else None
 
 
+def _blocked_winograd(model: Model, node: Node, block: int, renamed: dict[str, str]
+                      ) -> tuple[str, tuple, dict, int | None] | None:
+    """(op, inputs, attrs, output block) of the blocked twin of a Winograd half (see
+    ``winograd_conv2d``), else None: the output block is None for the halves inside the
+    convolution, the block of its output channels for the last half.  The input transform's
+    first half says in attrs["in_block"] the block its data is to be laid out in.  A
+    convolution whose input channels have no block keeps its input halves in NCHW, one whose
+    output channels have none its output halves (the matmul between them is the same)."""
+    def channel_block(value: str, axis: int) -> int | None:
+        # As for a convolution (``_layout_blocks``): fewer channels than a block stay NCHW.
+        channels = model.types[value].shape[axis]
+        b = _channel_block(channels, block)
+        return None if b is None or (b == channels < block) else b
+
+    op, inputs = node.op, node.inputs
+    if op == "winograd_input_rows":
+        cb = channel_block(inputs[0], 1)
+        return None if cb is None else (f"{op}_nchwc", inputs, {**node.attrs, "in_block": cb},
+                                        None)
+    if op in ("winograd_input_cols", "winograd_output_cols") and inputs[0] in renamed:
+        attrs, kb = dict(node.attrs), None
+        if op == "winograd_output_cols":
+            kb = attrs["block"] = channel_block(inputs[0], 2)   # S [m, m+2, K, P]
+        return f"{op}_nchwc", (renamed[inputs[0]],) + inputs[1:], attrs, kb
+    if op == "winograd_output_rows" and channel_block(inputs[0], 2) is not None:
+        return f"{op}_nchwc", inputs, dict(node.attrs), None
+    return None
+
+
 def blocked_layout(model: Model, block: int = LAYOUT_BLOCK) -> Model:
     """Put the convolutions that ``_layout_blocks`` takes in the blocked channel layout
     [N, C / b, H, W, b] (``conv2d_nchwc``, ``depthwise_conv2d_nchwc``, their weights laid out
@@ -360,9 +389,10 @@ def blocked_layout(model: Model, block: int = LAYOUT_BLOCK) -> Model:
     plain = set(model.inputs) | set(constants)   # values that exist in NCHW
 
     laid_out: dict[tuple[str, int], str] = {}   # (constant, block) -> its blocked copy
+    renamed: dict[str, str] = {}   # a Winograd half's NCHW output -> its blocked twin's
 
     def fresh(base: str) -> str:
-        return _fresh_name(base, constants, model.types, blocked.values())
+        return _fresh_name(base, constants, model.types, blocked.values(), renamed.values())
 
     def make_plain(value: str) -> None:
         if value not in plain:
@@ -401,6 +431,23 @@ def blocked_layout(model: Model, block: int = LAYOUT_BLOCK) -> Model:
         return laid_out[value, b]
 
     for node in model.nodes:
+        twin = _blocked_winograd(model, node, block, renamed)
+        if twin is not None:
+            op, inputs, attrs, kb = twin
+            if node.op == "winograd_input_rows":
+                inputs = (make_blocked(inputs[0], attrs.pop("in_block")),) + inputs[1:]
+            if node.op == "winograd_input_cols":
+                # The transformed tiles V keep their layout (and name): the matmul reads them.
+                nodes.append(Node(op, inputs, node.output, attrs, node.name))
+                plain.add(node.output)
+                continue
+            out = fresh(f"{node.output}_blocked{kb or ''}")
+            nodes.append(Node(op, inputs, out, attrs, node.name))
+            if kb is None:
+                renamed[node.output] = out
+            else:
+                blocked[node.output], blocked_blocks[node.output] = out, kb
+            continue
         blocks = _layout_blocks(model, node, block)
         if blocks is not None:
             cb, kb = blocks
@@ -421,6 +468,13 @@ def blocked_layout(model: Model, block: int = LAYOUT_BLOCK) -> Model:
             continue
         shape = model.types[node.output].shape
         sources = [v for v in node.inputs if v in blocked and v not in plain]
+        if node.op == "max_pool2d" and sources:
+            b = blocked_blocks[sources[0]]
+            out = fresh(f"{node.output}_blocked{b}")
+            nodes.append(node.replace(op="max_pool2d_nchwc", inputs=(blocked[sources[0]],),
+                                      output=out))
+            blocked[node.output], blocked_blocks[node.output] = out, b
+            continue
         if node.kind in (ELEMWISE, BROADCAST) and sources and len(shape) == 4:
             b = blocked_blocks[sources[0]]
             operands = [blocked_operand(v, shape, b) for v in node.inputs]
@@ -444,9 +498,10 @@ def optimize(model: Model, winograd: bool = True, layout: str = "auto") -> Model
     """The standard pipeline before fusion (``winograd``: rewrite the convolutions where
     Winograd pays, see ``winograd_conv2d``; ``layout``: "NCHW" keeps every convolution in
     NCHW, "blocked" puts those it can take in the blocked layout (see ``blocked_layout``),
-    "auto" does so when no Winograd convolution stays, whose transforms read and write NCHW:
-    the layout is chosen per model, so that its convolutions agree and activations are not
-    laid out again between them)."""
+    with the Winograd transforms and the max pooling between them, so that activations are
+    not laid out again between convolutions; "auto", the default, is "blocked": on
+    ResNet-18, whose Winograd transforms once kept the whole model in NCHW, the blocked
+    halves took a fraction of the NCHW ones' time, see ``tensor_ir.ops.winograd``)."""
     if layout not in ("auto", "blocked", "NCHW"):
         raise GraphError(f"optimize: layout must be 'auto', 'blocked' or 'NCHW', got "
                          f"{layout!r}")
@@ -455,8 +510,7 @@ def optimize(model: Model, winograd: bool = True, layout: str = "auto") -> Model
     model = fold_constants(model)
     if winograd:
         model = winograd_conv2d(model)
-    if layout == "blocked" or (layout == "auto" and not any(
-            node.op.startswith("winograd_") for node in model.nodes)):
+    if layout in ("blocked", "auto"):
         model = blocked_layout(model)
     return eliminate_dead_code(model)
 

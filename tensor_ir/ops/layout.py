@@ -13,6 +13,8 @@ stride-2 depthwise convolution along the width reads every other element).
   an image of 3 channels is one block of 3.
 * ``te_depthwise_conv2d_nchwc(data, weight, ...)``: data [N, C/b, H, W, b], weight
   [C/b, R, S, b] (``pack_depthwise_weight_nchwc`` from [C, 1, R, S]) -> [N, C/b, OH, OW, b].
+* ``te_max_pool2d_nchwc(data, kernel, stride, padding)``: max pooling of blocked data, so
+  that a pooling between two blocked convolutions (ResNet's stem) keeps the layout.
 
 Each has its numpy reference (``ref_*``), computed through the NCHW operators.
 """
@@ -21,15 +23,15 @@ from __future__ import annotations
 import numpy as np
 
 from .. import te
-from .nn import ref_conv2d_nchw
-from .utils import check, conv_out_size, pad_nd, padding4, pair
+from .nn import _pool_sizes, ref_conv2d_nchw, ref_max_pool2d
+from .utils import check, conv_out_size, pad_nd, padding4, pair, reduce_max
 
 __all__ = [
     "te_layout_to_blocked", "ref_layout_to_blocked",
     "te_layout_from_blocked", "ref_layout_from_blocked",
     "te_conv2d_nchwc", "conv2d_nchwc_shape", "ref_conv2d_nchwc", "pack_conv2d_weight_nchwc",
     "te_depthwise_conv2d_nchwc", "depthwise_conv2d_nchwc_shape", "ref_depthwise_conv2d_nchwc",
-    "pack_depthwise_weight_nchwc",
+    "pack_depthwise_weight_nchwc", "te_max_pool2d_nchwc", "ref_max_pool2d_nchwc",
 ]
 
 
@@ -210,3 +212,33 @@ def ref_depthwise_conv2d_nchwc(data: np.ndarray, weight: np.ndarray, stride=1, p
     out = ref_conv2d_nchw(ref_layout_from_blocked(data), plain_w, stride, padding, dilation,
                           co * b)
     return ref_layout_to_blocked(out, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# pooling
+# ---------------------------------------------------------------------------------------------
+
+def te_max_pool2d_nchwc(data: te.Tensor, kernel, stride=1, padding=0,
+                        name: str = "max_pool2d") -> te.Tensor:
+    """``te_max_pool2d`` of blocked data [N, C/b, H, W, b] -> [N, C/b, OH, OW, b]; the padding
+    is -inf so it never wins."""
+    op = "max_pool2d_nchwc"
+    check(data.ndim == 5, op, f"data must be NCHW[b]c (rank 5), got shape {data.shape}")
+    n, cb, h, w, b = data.shape
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (oh, ow) = _pool_sizes(op, (n, cb, h, w), kernel,
+                                                                 stride, padding)
+    padded = pad_nd(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0),
+                    value=te.min_value(data.dtype), name="pad_data")
+    ry = te.reduce_axis(kh, name="ry")
+    rx = te.reduce_axis(kw, name="rx")
+    return te.compute(
+        (n, cb, oh, ow, b),
+        lambda i, co, y, x, ci: reduce_max(padded[i, co, y * sh + ry, x * sw + rx, ci],
+                                           axis=[ry, rx]),
+        name=name)
+
+
+def ref_max_pool2d_nchwc(data: np.ndarray, kernel, stride=1, padding=0) -> np.ndarray:
+    block = data.shape[4]
+    return ref_layout_to_blocked(ref_max_pool2d(ref_layout_from_blocked(data), kernel, stride,
+                                                padding), block)

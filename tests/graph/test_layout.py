@@ -15,8 +15,9 @@ from tensor_ir import te
 from tensor_ir.errors import TEError
 from tensor_ir.ops import (
     pack_conv2d_weight_nchwc, pack_depthwise_weight_nchwc, ref_conv2d_nchw, ref_conv2d_nchwc,
-    ref_depthwise_conv2d_nchwc, ref_layout_from_blocked, ref_layout_to_blocked,
-    te_conv2d_nchwc, te_depthwise_conv2d_nchwc, te_layout_from_blocked, te_layout_to_blocked,
+    ref_depthwise_conv2d_nchwc, ref_layout_from_blocked, ref_layout_to_blocked, ref_max_pool2d,
+    ref_max_pool2d_nchwc, te_conv2d_nchwc, te_depthwise_conv2d_nchwc, te_layout_from_blocked,
+    te_layout_to_blocked, te_max_pool2d_nchwc,
 )
 
 from .helpers import TARGET, conv_model, inverted_residual_model, random_inputs, sampled_lookup
@@ -95,6 +96,17 @@ def test_depthwise_conv2d_nchwc_is_the_depthwise_convolution_in_blocks(stride, p
     _check_under_schedules(func, (xb, wb), want)
 
 
+@pytest.mark.parametrize("stride, pads", [(2, (1, 1, 1, 1)), (1, (0, 1, 2, 0))])
+def test_max_pool2d_nchwc_is_the_max_pooling_in_blocks(stride, pads):
+    x = np.random.default_rng(3).standard_normal((2, 32, 11, 12)).astype(np.float32)
+    want = ref_layout_to_blocked(ref_max_pool2d(x, 3, stride, pads), 16)
+    xb = ref_layout_to_blocked(x, 16)
+    np.testing.assert_array_equal(ref_max_pool2d_nchwc(xb, 3, stride, pads), want)
+    data = te.placeholder(xb.shape, "float32", name="data")
+    func = te.create_prim_func([data, te_max_pool2d_nchwc(data, 3, stride, pads)], name="pool")
+    _check_under_schedules(func, (xb,), want)
+
+
 def test_library_shape_errors_name_the_operator():
     with pytest.raises(TEError, match="layout_to_blocked: channel count 12 is not a multiple"):
         te_layout_to_blocked(te.placeholder((1, 12, 4, 4), "float32", name="x"), 8)
@@ -164,10 +176,10 @@ def test_layout_policy():
     model = inverted_residual_model()
     assert "conv2d_nchwc" in [n.op for n in optimize(model).nodes]          # auto: blocked
     assert "conv2d_nchwc" not in [n.op for n in optimize(model, layout="NCHW").nodes]
-    # A Winograd convolution reads and writes NCHW: auto keeps such a model in NCHW ...
-    winograd = conv_model()
-    assert "conv2d_nchwc" not in [n.op for n in optimize(winograd).nodes]
-    # ... unless asked for, and then the rest is blocked.
+    # A Winograd convolution's halves are blocked too ...
+    winograd = [n.op for n in optimize(conv_model()).nodes]
+    assert "winograd_input_rows_nchwc" in winograd and "winograd_input_rows" not in winograd
+    # ... and without Winograd the direct convolution is.
     direct = optimize(conv_model(), winograd=False)
     assert [g.name for g in fuse_ops(direct)] == [
         "fused_layout_to_blocked", "fused_conv2d_nchwc_add_add_relu",

@@ -12,13 +12,15 @@ from autotune.model_build import build_model
 from schedules.space import DesignSpace
 from tensor_ir import te
 from tensor_ir.ops import (
-    ref_conv2d_nchw, ref_winograd_input, ref_winograd_input_rows, ref_winograd_output,
-    ref_winograd_output_rows, te_winograd_input, te_winograd_input_cols, te_winograd_input_rows,
-    te_winograd_output, te_winograd_output_cols, te_winograd_output_rows, winograd_matrices,
-    winograd_tiles, winograd_weight,
+    ref_conv2d_nchw, ref_layout_to_blocked, ref_winograd_input, ref_winograd_input_rows,
+    ref_winograd_output, ref_winograd_output_rows, te_winograd_input, te_winograd_input_cols,
+    te_winograd_input_cols_nchwc, te_winograd_input_rows, te_winograd_input_rows_nchwc,
+    te_winograd_output, te_winograd_output_cols, te_winograd_output_cols_nchwc,
+    te_winograd_output_rows, te_winograd_output_rows_nchwc, winograd_matrices, winograd_tiles,
+    winograd_weight,
 )
 
-from .helpers import TARGET, conv_model, random_inputs
+from .helpers import TARGET, conv_model, random_inputs, sampled_lookup
 
 SHAPES = [  # n, c, h, w, k, pads
     (1, 8, 10, 9, 5, (1, 1, 1, 1)),
@@ -140,6 +142,51 @@ def test_te_transforms_match_numpy_under_random_schedules(shape):
     _check_under_schedules(f_out, (mm, at), want_y, atol=1e-3)
 
 
+def _block_of(channels: int) -> int:
+    return channels // 2 if channels % 2 == 0 else channels
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_te_blocked_halves_match_numpy_under_random_schedules(m, shape):
+    """The blocked halves chained as a model runs them give the NCHW transforms' results:
+    the same transformed tiles V from blocked data, and the blocked layout of the NCHW output
+    transform's Y from the same M."""
+    n, c, h, w, k, pads = shape
+    a, cb, kb = m + 2, _block_of(c), _block_of(k)
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    tiles = winograd_tiles(n, oh, ow, m)[2]
+    bt_np, _, at_np = (x.astype(np.float32) for x in winograd_matrices(m))
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    mm_np = rng.standard_normal((a * a, tiles, k)).astype(np.float32)
+
+    x = te.placeholder((n, c // cb, h, w, cb), "float32", name="x")
+    bt = te.placeholder((a, a), "float32", name="bt")
+    rows = te_winograd_input_rows_nchwc(x, bt, m, pads)
+    t = te.placeholder(rows.shape, "float32", name="t")
+    mm = te.placeholder((a * a, tiles, k), "float32", name="mm")
+    at = te.placeholder((m, a), "float32", name="at")
+    s_rows = te_winograd_output_rows_nchwc(mm, at, m)
+    s = te.placeholder(s_rows.shape, "float32", name="s")
+    funcs = [te.create_prim_func([x, bt, rows], name="rows"),
+             te.create_prim_func([t, bt, te_winograd_input_cols_nchwc(t, bt, m)], name="cols"),
+             te.create_prim_func([mm, at, s_rows], name="out_rows"),
+             te.create_prim_func([s, at, te_winograd_output_cols_nchwc(s, at, m, n, oh, ow, kb)],
+                                 name="out_cols")]
+    want_t = np.moveaxis(ref_winograd_input_rows(data, bt_np, m, pads)
+                         .reshape(a, n, c // cb, cb, -1, rows.shape[4]), 3, -1)
+    want_s = ref_winograd_output_rows(mm_np, at_np, m).transpose(0, 1, 3, 2)
+    _check_under_schedules(funcs[0], (ref_layout_to_blocked(data, cb), bt_np),
+                           np.ascontiguousarray(want_t), atol=1e-4)
+    _check_under_schedules(funcs[1], (np.ascontiguousarray(want_t), bt_np),
+                           ref_winograd_input(data, bt_np, m, pads), atol=1e-4)
+    _check_under_schedules(funcs[2], (mm_np, at_np), np.ascontiguousarray(want_s), atol=1e-4)
+    _check_under_schedules(funcs[3], (np.ascontiguousarray(want_s), at_np),
+                           ref_layout_to_blocked(ref_winograd_output(mm_np, at_np, m, n, oh, ow),
+                                                 kb), atol=1e-3)
+
+
 def test_pass_rewrites_eligible_convolutions_and_keeps_their_results():
     model = conv_model()
     rewritten = winograd_conv2d(model)
@@ -193,10 +240,15 @@ def test_thresholds_are_parameters():
 
 
 def test_output_transform_takes_the_convolutions_epilogue():
-    groups = fuse_ops(optimize(conv_model()))
+    groups = fuse_ops(optimize(conv_model(), layout="NCHW"))
     names = [g.name for g in groups]
     assert names == ["fused_winograd_input_rows", "fused_winograd_input_cols", "fused_matmul",
                      "fused_winograd_output_rows", "fused_winograd_output_cols_add_add_relu"]
+    # In the blocked layout (the default) the same, between the layout's entry and exit.
+    assert [g.name for g in fuse_ops(optimize(conv_model()))] == [
+        "fused_layout_to_blocked", "fused_winograd_input_rows_nchwc",
+        "fused_winograd_input_cols_nchwc", "fused_matmul", "fused_winograd_output_rows_nchwc",
+        "fused_winograd_output_cols_nchwc_add_add_relu", "fused_layout_from_blocked"]
     # optimize(winograd=False) keeps the direct convolution (in NCHW when asked).
     assert [g.name for g in fuse_ops(optimize(conv_model(), winograd=False, layout="NCHW"))] \
         == ["fused_conv2d_add_add_relu"]
@@ -204,11 +256,11 @@ def test_output_transform_takes_the_convolutions_epilogue():
 
 def test_tasks_mark_the_transformed_weights_and_matrices_as_constants():
     tasks = {t.name: t for t in extract_tasks(conv_model())}
-    assert tasks["fused_winograd_input_rows"].weight_params == frozenset({1})  # Bt
-    assert tasks["fused_winograd_input_cols"].weight_params == frozenset({1})
+    assert tasks["fused_winograd_input_rows_nchwc"].weight_params == frozenset({1})  # Bt
+    assert tasks["fused_winograd_input_cols_nchwc"].weight_params == frozenset({1})
     assert tasks["fused_matmul"].weight_params == frozenset({1})             # U
-    assert tasks["fused_winograd_output_rows"].weight_params == frozenset({1})   # At
-    assert 1 in tasks["fused_winograd_output_cols_add_add_relu"].weight_params
+    assert tasks["fused_winograd_output_rows_nchwc"].weight_params == frozenset({1})   # At
+    assert 1 in tasks["fused_winograd_output_cols_nchwc_add_add_relu"].weight_params
 
 
 def test_shape_errors_name_the_operator():
@@ -229,18 +281,75 @@ def test_shape_errors_name_the_operator():
     rows = b.op("winograd_output_rows", [mm, at], tile=4)
     with pytest.raises(GraphError, match=r"winograd_output_cols: S must be \(4, 6, K, 4\)"):
         b.op("winograd_output_cols", [rows, at], tile=4, batch=1, height=8, width=8)
+    # The blocked halves: the rank of the blocked operand, then the NCHW halves' checks.
+    with pytest.raises(GraphError, match=r"winograd_input_rows_nchwc: data must be NCHW\[b\]c"):
+        b.op("winograd_input_rows_nchwc", [x, bt], tile=4, pads=(1, 1, 1, 1))
+    with pytest.raises(GraphError, match=r"winograd_input_cols_nchwc: T must be"):
+        b.op("winograd_input_cols_nchwc", [t, bt], tile=4)
+    s = b.op("winograd_output_rows_nchwc", [mm, at], tile=4)
+    assert b.types[s].shape == (4, 6, 5, 4)
+    with pytest.raises(GraphError, match=r"winograd_output_cols_nchwc: 4 channels are not a "
+                                         r"multiple of the block 3"):
+        b.op("winograd_output_cols_nchwc", [s, at], tile=4, batch=5, height=4, width=4,
+             block=3)
 
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_built_model_matches_the_direct_convolution(n):
     """Built with random schedules for every kernel (and the weights' packing done at
     build), the Winograd model gives the direct convolution's results."""
-    from .helpers import sampled_lookup
-
     model = conv_model(n=n, image=26)    # 26 = 6 tiles of 4 and a partial one
     inputs = random_inputs(model)
     want = optimize(model, winograd=False).evaluate(inputs)["output"]
+    # Built in the blocked layout (the NCHW halves are checked as kernels above).
+    assert "winograd_output_cols_nchwc" in [node.op for node in optimize(model).nodes]
     for lookup in (None, sampled_lookup(seed=5)):
         lib = build_model(model, TARGET, lookup=lookup, warn=False)
         got = lib.run(inputs)["output"]
         np.testing.assert_allclose(got, want, atol=1e-4 * np.abs(want).max())
+
+
+def _stem_model(c: int, k: int, image: int = 16) -> autotune.graph.Model:
+    """ResNet's order: a strided convolution, a max pooling, then a Winograd convolution."""
+    rng = np.random.default_rng(6)
+    b = GraphBuilder("stem")
+    x = b.input("input", (1, 3, image, image))
+    y = b.op("conv2d", [x, b.constant(rng.normal(0, 0.3, (c, 3, 3, 3)).astype(np.float32),
+                                      "w0")],
+             strides=(2, 2), pads=(1, 1, 1, 1), dilations=(1, 1))
+    y = b.op("relu", [y])
+    y = b.op("max_pool2d", [y], kernel=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1))
+    y = b.op("conv2d", [y, b.constant(rng.normal(0, 0.1, (k, c, 3, 3)).astype(np.float32),
+                                      "w1")],
+             strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1))
+    b.output(b.op("relu", [y]), "output")
+    return b.build()
+
+
+@pytest.mark.parametrize("c, k, halves, changes", [
+    (64, 64, ("max_pool2d_nchwc", "winograd_input_rows_nchwc", "winograd_output_cols_nchwc"),
+     1),
+    # 66 channels have no block: the stem, the pooling and the input halves stay in NCHW,
+    # the output halves are blocked (and the output laid out back) ...
+    (66, 64, ("max_pool2d", "winograd_input_rows", "winograd_output_cols_nchwc"), 1),
+    # ... or the input halves are blocked and the output halves write NCHW.
+    (64, 66, ("max_pool2d_nchwc", "winograd_input_rows_nchwc", "winograd_output_cols"), 0),
+])
+def test_blocked_layout_runs_through_the_pooling_and_the_winograd_halves(c, k, halves,
+                                                                           changes):
+    """The activations stay blocked from the stem through the pooling and the Winograd
+    halves; a half whose channels have no block stays in NCHW, with its layout changes; the
+    results are the NCHW model's."""
+    model = _stem_model(c, k)
+    blocked = optimize(model)
+    ops = [node.op for node in blocked.nodes]
+    for op in halves:
+        assert op in ops
+    # No layout change inside the Winograd convolution: only the exit to an NCHW output.
+    assert ops.count("layout_from_blocked") + ops.count("layout_to_blocked") == changes
+    inputs = random_inputs(model)
+    want = optimize(model, layout="NCHW").evaluate(inputs)["output"]
+    np.testing.assert_allclose(blocked.evaluate(inputs)["output"], want,
+                               atol=1e-4 * np.abs(want).max())
+    lib = build_model(model, TARGET, lookup=sampled_lookup(seed=2), warn=False)
+    np.testing.assert_allclose(lib.run(inputs)["output"], want, atol=1e-4 * np.abs(want).max())
