@@ -39,6 +39,23 @@ def test_hand_written_matmul_schedule_is_correct():
     np.testing.assert_allclose(evaluate(sch.func, a, b)[0], a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_winograd_layouts_times_both_layouts_of_every_half():
+    from benchmarks import winograd_layouts
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert winograd_layouts.main(["--layers", "32x6x2", "--trials", "2",
+                                      "--rounds", "1"]) == 0
+    (layer,) = json.loads(buf.getvalue())["layers"]
+    halves = ("input_rows", "input_cols", "output_rows", "output_cols")
+    assert set(layer["median_us"]) == set(halves) | {f"{h}_nchwc" for h in halves}
+    assert all(us > 0 for us in layer["median_us"].values())
+    assert layer["total_us"]["NCHW"] == pytest.approx(
+        sum(layer["median_us"][h] for h in halves), abs=0.2)
+    assert layer["blocked_vs_nchw"] == pytest.approx(
+        layer["total_us"]["blocked"] / layer["total_us"]["NCHW"], abs=1e-3)
+
+
 def test_tune_ops_times_naive_and_tuned_side_by_side():
     import subprocess
     import sys
