@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import te
-from .nn import _pool_sizes, ref_conv2d_nchw, ref_max_pool2d
+from .nn import pool_sizes, ref_conv2d_nchw, ref_max_pool2d
 from .utils import check, conv_out_size, pad_nd, padding4, pair, reduce_max
 
 __all__ = [
@@ -225,7 +225,7 @@ def te_max_pool2d_nchwc(data: te.Tensor, kernel, stride=1, padding=0,
     op = "max_pool2d_nchwc"
     check(data.ndim == 5, op, f"data must be NCHW[b]c (rank 5), got shape {data.shape}")
     n, cb, h, w, b = data.shape
-    (kh, kw), (sh, sw), (pt, pl, pb, pr), (oh, ow) = _pool_sizes(op, (n, cb, h, w), kernel,
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (oh, ow) = pool_sizes(op, (n, cb, h, w), kernel,
                                                                  stride, padding)
     padded = pad_nd(data, (0, 0, pt, pl, 0), (0, 0, pb, pr, 0),
                     value=te.min_value(data.dtype), name="pad_data")

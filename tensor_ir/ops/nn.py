@@ -482,7 +482,9 @@ def _pool_attrs(op: str, kernel, stride, padding):
     return (kh, kw), (sh, sw), (pt, pl, pb, pr)
 
 
-def _pool_sizes(op: str, shape, kernel, stride, padding):
+def pool_sizes(op: str, shape, kernel, stride, padding):
+    """(kernel, stride, padding, output size) of a 2-D pooling of NCHW ``shape``, checked
+    (``op`` names the operator in errors); the blocked layout's pooling shares it."""
     (kh, kw), (sh, sw), pad = _pool_attrs(op, kernel, stride, padding)
     _, _, h, w = shape
     oh = conv_out_size(h, pad[0], pad[2], kh, sh, 1, op, "height")
@@ -495,7 +497,7 @@ def te_max_pool2d(data: te.Tensor, kernel, stride=1, padding=0, name: str = "max
     """Max pooling of NCHW data; the padding is -inf so it never wins."""
     op = "max_pool2d"
     _operands(op, 4, data=data)
-    (kh, kw), (sh, sw), (pt, pl, pb, pr), (oh, ow) = _pool_sizes(op, data.shape, kernel,
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (oh, ow) = pool_sizes(op, data.shape, kernel,
                                                                  stride, padding)
     padded = pad_nd(data, (0, 0, pt, pl), (0, 0, pb, pr),
                     value=te.min_value(data.dtype), name="pad_data")
@@ -526,7 +528,7 @@ def _ref_windows(x: np.ndarray, kernel, stride, out_size):
 
 
 def ref_max_pool2d(data: np.ndarray, kernel, stride=1, padding=0) -> np.ndarray:
-    kernel, stride, pad, out_size = _pool_sizes("ref_max_pool2d", data.shape, kernel, stride,
+    kernel, stride, pad, out_size = pool_sizes("ref_max_pool2d", data.shape, kernel, stride,
                                                 padding)
     pt, pl, pb, pr = pad
     x = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)),
@@ -543,7 +545,7 @@ def te_avg_pool2d(data: te.Tensor, kernel, stride=1, padding=0, count_include_pa
     ``count_include_pad=False`` each window is divided by its number of in-bounds elements."""
     op = "avg_pool2d"
     _operands(op, 4, data=data)
-    (kh, kw), (sh, sw), (pt, pl, pb, pr), (oh, ow) = _pool_sizes(op, data.shape, kernel,
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (oh, ow) = pool_sizes(op, data.shape, kernel,
                                                                  stride, padding)
     n, c, h, w = data.shape
     padded = pad_nd(data, (0, 0, pt, pl), (0, 0, pb, pr), name="pad_data")
@@ -580,7 +582,7 @@ def avg_pool2d(N: int, C: int, H: int, W: int, kernel, stride=1, padding=0,
 
 def ref_avg_pool2d(data: np.ndarray, kernel, stride=1, padding=0,
                    count_include_pad: bool = True) -> np.ndarray:
-    kernel, stride, pad, out_size = _pool_sizes("ref_avg_pool2d", data.shape, kernel, stride,
+    kernel, stride, pad, out_size = pool_sizes("ref_avg_pool2d", data.shape, kernel, stride,
                                                 padding)
     pt, pl, pb, pr = pad
     widths = ((0, 0), (0, 0), (pt, pb), (pl, pr))
