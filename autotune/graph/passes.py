@@ -378,10 +378,12 @@ def blocked_layout(model: Model, block: int = LAYOUT_BLOCK) -> Model:
     """Put the convolutions that ``_layout_blocks`` takes in the blocked channel layout
     [N, C / b, H, W, b] (``conv2d_nchwc``, ``depthwise_conv2d_nchwc``, their weights laid out
     here once), and keep their activations in it across the elementwise operators between
-    them (bias, activation, residual add; a per-channel constant is laid out in blocks).
+    them (bias, activation, residual add; a per-channel constant is laid out in blocks), a
+    max pooling of a blocked value (``max_pool2d_nchwc``) and the halves of a Winograd
+    convolution (their ``_nchwc`` twins, see ``_blocked_winograd``).
     ``layout_to_blocked`` enters the layout and ``layout_from_blocked`` leaves it where an
-    operator reads NCHW (a pooling, a reshape, a model output): each value is converted at
-    most once each way, and the NCHW value keeps its name."""
+    operator reads NCHW (another pooling, a reshape, a model output): each value is converted
+    at most once each way, and the NCHW value keeps its name."""
     constants = dict(model.constants)
     nodes: list[Node] = []
     blocked: dict[str, str] = {}   # NCHW value -> its blocked twin

@@ -159,6 +159,14 @@ def te_winograd_input_cols(rows: te.Tensor, bt: te.Tensor, m: int,
     T [m+2, N, C, th, tw * m + 2] -> V [(m+2)^2, P, C] with
     V[u * (m+2) + v, p, c] = sum_j Bt[v, j] * T[u, n, c, ty, tx * m + j]."""
     a, n, c, th, width = rows.shape
+    return _input_cols(rows, bt, m, name, (a, n, th, width, c),
+                       lambda u, img, ch, ty, x: rows[u, img, ch, ty, x])
+
+
+def _input_cols(rows: te.Tensor, bt: te.Tensor, m: int, name: str, dims, read) -> te.Tensor:
+    """V [(m+2)^2, P, C] of a row transform ``rows`` whose (m+2, N, th, width, C) are
+    ``dims`` and whose element (u, n, c, ty, x) is ``read(u, n, c, ty, x)``."""
+    a, n, th, width, c = dims
     check(a == m + 2 and (width - 2) % m == 0, "winograd_input",
           f"T {rows.shape} is not a row transform of F({m}, 3)")
     tw = (width - 2) // m
@@ -166,7 +174,7 @@ def te_winograd_input_cols(rows: te.Tensor, bt: te.Tensor, m: int,
 
     def fcompute(e, p, ch):
         img, ty, tx = p // (th * tw), p // tw % th, p % tw
-        return te.sum(bt[e % a, j] * rows[e // a, img, ch, ty, tx * m + j], axis=j)
+        return te.sum(bt[e % a, j] * read(e // a, img, ch, ty, tx * m + j), axis=j)
 
     return te.compute((a * a, n * th * tw, c), fcompute, name=name)
 
@@ -188,11 +196,10 @@ def _check_at(at: te.Tensor, op: str, m: int) -> None:
           f"At must be {(m, m + 2)} for F({m}, 3), got {at.shape}")
 
 
-def te_winograd_output_rows(mm: te.Tensor, at: te.Tensor, m: int,
-                            name: str = "winograd_output_rows") -> te.Tensor:
-    """The output transform's first half, along the rows of every tile:
-    M [(m+2)^2, P, K], At [m, m+2] -> S [m, m+2, K, P] with
-    S[u, j, k, p] = sum_i At[u, i] * M[i * (m+2) + j, p, k]."""
+def _output_rows(mm: te.Tensor, at: te.Tensor, m: int, name: str, channels_last: bool
+                 ) -> te.Tensor:
+    """S[u, j, k, p] (or S[u, j, p, k] with ``channels_last``) =
+    sum_i At[u, i] * M[i * (m+2) + j, p, k]."""
     op = "winograd_output_rows"
     a = m + 2
     _check_at(at, op, m)
@@ -200,10 +207,20 @@ def te_winograd_output_rows(mm: te.Tensor, at: te.Tensor, m: int,
           f"M must be ({a * a}, P, K) for F({m}, 3), got {mm.shape}")
     _, p, k = mm.shape
     i = te.reduce_axis(a, name="i")
-    return te.compute((m, a, k, p),
-                      lambda u, col, ch, tile: te.sum(at[u, i] * mm[i * a + col, tile, ch],
-                                                      axis=i),
-                      name=name)
+
+    def fcompute(u, col, outer, inner):
+        tile, ch = (outer, inner) if channels_last else (inner, outer)
+        return te.sum(at[u, i] * mm[i * a + col, tile, ch], axis=i)
+
+    return te.compute((m, a, p, k) if channels_last else (m, a, k, p), fcompute, name=name)
+
+
+def te_winograd_output_rows(mm: te.Tensor, at: te.Tensor, m: int,
+                            name: str = "winograd_output_rows") -> te.Tensor:
+    """The output transform's first half, along the rows of every tile:
+    M [(m+2)^2, P, K], At [m, m+2] -> S [m, m+2, K, P] with
+    S[u, j, k, p] = sum_i At[u, i] * M[i * (m+2) + j, p, k]."""
+    return _output_rows(mm, at, m, name, channels_last=False)
 
 
 def te_winograd_output_cols(rows: te.Tensor, at: te.Tensor, m: int, n: int, oh: int, ow: int,
@@ -330,17 +347,8 @@ def te_winograd_input_cols_nchwc(rows: te.Tensor, bt: te.Tensor, m: int,
     check(rows.ndim == 6, "winograd_input",
           f"T must be ({m + 2}, N, C/b, th, tw * {m} + 2, b), got {rows.shape}")
     a, n, cb, th, width, b = rows.shape
-    check(a == m + 2 and (width - 2) % m == 0, "winograd_input",
-          f"T {rows.shape} is not a row transform of F({m}, 3)")
-    tw = (width - 2) // m
-    j = te.reduce_axis(a, name="j")
-
-    def fcompute(e, p, ch):
-        img, ty, tx = p // (th * tw), p // tw % th, p % tw
-        return te.sum(bt[e % a, j] * rows[e // a, img, ch // b, ty, tx * m + j, ch % b],
-                      axis=j)
-
-    return te.compute((a * a, n * th * tw, cb * b), fcompute, name=name)
+    return _input_cols(rows, bt, m, name, (a, n, th, width, cb * b),
+                       lambda u, img, ch, ty, x: rows[u, img, ch // b, ty, x, ch % b])
 
 
 def te_winograd_output_rows_nchwc(mm: te.Tensor, at: te.Tensor, m: int,
@@ -348,17 +356,7 @@ def te_winograd_output_rows_nchwc(mm: te.Tensor, at: te.Tensor, m: int,
     """The output transform's first half with the channels kept innermost:
     M [(m+2)^2, P, K], At [m, m+2] -> S [m, m+2, P, K] with
     S[u, j, p, k] = sum_i At[u, i] * M[i * (m+2) + j, p, k]."""
-    op = "winograd_output_rows"
-    a = m + 2
-    _check_at(at, op, m)
-    check(len(mm.shape) == 3 and mm.shape[0] == a * a, op,
-          f"M must be ({a * a}, P, K) for F({m}, 3), got {mm.shape}")
-    _, p, k = mm.shape
-    i = te.reduce_axis(a, name="i")
-    return te.compute((m, a, p, k),
-                      lambda u, col, tile, ch: te.sum(at[u, i] * mm[i * a + col, tile, ch],
-                                                      axis=i),
-                      name=name)
+    return _output_rows(mm, at, m, name, channels_last=True)
 
 
 def te_winograd_output_cols_nchwc(rows: te.Tensor, at: te.Tensor, m: int, n: int, oh: int,
