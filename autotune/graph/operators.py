@@ -423,28 +423,21 @@ def _winograd_output_cols_infer(types, attrs):
 # is a small reduction over a tile's positions: the convolution's elementwise consumers
 # (bias, residual add, relu) fuse into the output transform's second half, which produces
 # the convolution's value.
-_register("winograd_input_rows", REDUCTION, (2, 2), _winograd_rows_infer,
-          lambda args, attrs, name: ops.te_winograd_input_rows(
-              args[0], args[1], attrs["tile"], attrs["pads"], name=name),
-          lambda arrays, attrs: ops.ref_winograd_input_rows(
-              arrays[0], arrays[1], attrs["tile"], attrs["pads"]))
-_register("winograd_input_cols", REDUCTION, (2, 2), _winograd_cols_infer,
-          lambda args, attrs, name: ops.te_winograd_input_cols(args[0], args[1], attrs["tile"],
-                                                               name=name),
-          lambda arrays, attrs: ops.ref_winograd_input_cols(arrays[0], arrays[1],
-                                                            attrs["tile"]))
-_register("winograd_output_rows", REDUCTION, (2, 2), _winograd_output_rows_infer,
-          lambda args, attrs, name: ops.te_winograd_output_rows(args[0], args[1],
-                                                                attrs["tile"], name=name),
-          lambda arrays, attrs: ops.ref_winograd_output_rows(arrays[0], arrays[1],
-                                                             attrs["tile"]))
-_register("winograd_output_cols", REDUCTION, (2, 2), _winograd_output_cols_infer,
-          lambda args, attrs, name: ops.te_winograd_output_cols(
-              args[0], args[1], attrs["tile"], attrs["batch"], attrs["height"],
-              attrs["width"], name=name),
-          lambda arrays, attrs: ops.ref_winograd_output_cols(
-              arrays[0], arrays[1], attrs["tile"], attrs["batch"], attrs["height"],
-              attrs["width"]))
+def _winograd_half(op: str, infer, keys: tuple[str, ...]) -> None:
+    """Register a Winograd half: the library's ``te_<op>`` and ``ref_<op>`` over the data and
+    the transform matrix, with the attributes ``keys`` as their further arguments."""
+    te_fn, ref_fn = getattr(ops, f"te_{op}"), getattr(ops, f"ref_{op}")
+    _register(op, REDUCTION, (2, 2), infer,
+              lambda args, attrs, name: te_fn(args[0], args[1], *(attrs[k] for k in keys),
+                                              name=name),
+              lambda arrays, attrs: ref_fn(arrays[0], arrays[1], *(attrs[k] for k in keys)))
+
+
+_OUTPUT_COLS_KEYS = ("tile", "batch", "height", "width")
+_winograd_half("winograd_input_rows", _winograd_rows_infer, ("tile", "pads"))
+_winograd_half("winograd_input_cols", _winograd_cols_infer, ("tile",))
+_winograd_half("winograd_output_rows", _winograd_output_rows_infer, ("tile",))
+_winograd_half("winograd_output_cols", _winograd_output_cols_infer, _OUTPUT_COLS_KEYS)
 
 
 def _winograd_rows_nchwc_infer(types, attrs):
@@ -486,28 +479,11 @@ def _winograd_output_cols_nchwc_infer(types, attrs):
 # The same transforms in the blocked channel layout (``blocked_layout`` puts them in place of
 # the NCHW ones): the channels are the innermost axis of every half, so none turns the
 # layout (see tensor_ir.ops.winograd).
-_register("winograd_input_rows_nchwc", REDUCTION, (2, 2), _winograd_rows_nchwc_infer,
-          lambda args, attrs, name: ops.te_winograd_input_rows_nchwc(
-              args[0], args[1], attrs["tile"], attrs["pads"], name=name),
-          lambda arrays, attrs: ops.ref_winograd_input_rows_nchwc(
-              arrays[0], arrays[1], attrs["tile"], attrs["pads"]))
-_register("winograd_input_cols_nchwc", REDUCTION, (2, 2), _winograd_cols_nchwc_infer,
-          lambda args, attrs, name: ops.te_winograd_input_cols_nchwc(
-              args[0], args[1], attrs["tile"], name=name),
-          lambda arrays, attrs: ops.ref_winograd_input_cols_nchwc(arrays[0], arrays[1],
-                                                                  attrs["tile"]))
-_register("winograd_output_rows_nchwc", REDUCTION, (2, 2), _winograd_output_rows_nchwc_infer,
-          lambda args, attrs, name: ops.te_winograd_output_rows_nchwc(
-              args[0], args[1], attrs["tile"], name=name),
-          lambda arrays, attrs: ops.ref_winograd_output_rows_nchwc(arrays[0], arrays[1],
-                                                                   attrs["tile"]))
-_register("winograd_output_cols_nchwc", REDUCTION, (2, 2), _winograd_output_cols_nchwc_infer,
-          lambda args, attrs, name: ops.te_winograd_output_cols_nchwc(
-              args[0], args[1], attrs["tile"], attrs["batch"], attrs["height"],
-              attrs["width"], attrs["block"], name=name),
-          lambda arrays, attrs: ops.ref_winograd_output_cols_nchwc(
-              arrays[0], arrays[1], attrs["tile"], attrs["batch"], attrs["height"],
-              attrs["width"], attrs["block"]))
+_winograd_half("winograd_input_rows_nchwc", _winograd_rows_nchwc_infer, ("tile", "pads"))
+_winograd_half("winograd_input_cols_nchwc", _winograd_cols_nchwc_infer, ("tile",))
+_winograd_half("winograd_output_rows_nchwc", _winograd_output_rows_nchwc_infer, ("tile",))
+_winograd_half("winograd_output_cols_nchwc", _winograd_output_cols_nchwc_infer,
+               _OUTPUT_COLS_KEYS + ("block",))
 
 
 def _nchwc_infer(op, library_shape):
@@ -646,12 +622,17 @@ def _pool_infer(types, attrs):
     return TensorType((n, c, oh, ow), x.dtype)
 
 
-_register("max_pool2d", REDUCTION, (1, 1), _pool_infer,
-          lambda args, attrs, name: ops.te_max_pool2d(args[0], attrs["kernel"],
-                                                      attrs["strides"], attrs["pads"],
-                                                      name=name),
-          lambda arrays, attrs: ops.ref_max_pool2d(arrays[0], attrs["kernel"],
-                                                   attrs["strides"], attrs["pads"]))
+def _max_pool(op: str, infer) -> None:
+    """Register a max pooling: the library's ``te_<op>`` and ``ref_<op>``."""
+    te_fn, ref_fn = getattr(ops, f"te_{op}"), getattr(ops, f"ref_{op}")
+    _register(op, REDUCTION, (1, 1), infer,
+              lambda args, attrs, name: te_fn(args[0], attrs["kernel"], attrs["strides"],
+                                              attrs["pads"], name=name),
+              lambda arrays, attrs: ref_fn(arrays[0], attrs["kernel"], attrs["strides"],
+                                           attrs["pads"]))
+
+
+_max_pool("max_pool2d", _pool_infer)
 _register("avg_pool2d", REDUCTION, (1, 1), _pool_infer,
           lambda args, attrs, name: ops.te_avg_pool2d(
               args[0], attrs["kernel"], attrs["strides"], attrs["pads"],
@@ -671,12 +652,7 @@ def _pool_nchwc_infer(types, attrs):
 
 # In the blocked channel layout (``blocked_layout`` puts it in place of a max_pool2d whose
 # input is blocked).
-_register("max_pool2d_nchwc", REDUCTION, (1, 1), _pool_nchwc_infer,
-          lambda args, attrs, name: ops.te_max_pool2d_nchwc(args[0], attrs["kernel"],
-                                                            attrs["strides"], attrs["pads"],
-                                                            name=name),
-          lambda arrays, attrs: ops.ref_max_pool2d_nchwc(arrays[0], attrs["kernel"],
-                                                         attrs["strides"], attrs["pads"]))
+_max_pool("max_pool2d_nchwc", _pool_nchwc_infer)
 
 
 def _gap_infer(types, attrs):
