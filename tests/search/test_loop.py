@@ -14,7 +14,7 @@ from schedules.space import DesignSpace
 from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
 
-from .landscape import FeatureDistance, small_matmul, synthetic_runner
+from .landscape import TARGET, FeatureDistance, small_matmul, synthetic_runner
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,10 @@ def test_phases_progress_and_model_accuracy(space, runner):
     assert result.trial_reaching(0.9) is not None
 
 
-def test_heldout_accuracy_judges_the_trained_model_on_unseen_programs(space, runner):
+def test_heldout_accuracy_judges_the_trained_model_on_unseen_programs():
+    # On a fixed machine's space (see landscape.TARGET): the ranking measured depends on it.
+    space = DesignSpace(small_matmul(64), TARGET)
+    runner = synthetic_runner(space)
     db = MemoryDatabase()
     loop = make_loop(space, runner, database=db)
     with pytest.raises(search.SearchError, match="run"):

@@ -18,7 +18,7 @@ from schedules.space import DesignSpace
 from search.simulation import SimulationBuilder, SimulationRunner
 
 from ..autotune.tiny_onnx import write_tiny_mlp
-from .landscape import small_matmul, synthetic_runner
+from .landscape import TARGET, small_matmul, synthetic_runner
 
 FAIL = optuna.trial.TrialState.FAIL
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -26,7 +26,7 @@ COMPLETE = optuna.trial.TrialState.COMPLETE
 
 @pytest.fixture(scope="module")
 def space():
-    return DesignSpace(small_matmul(64), "llvm")
+    return DesignSpace(small_matmul(64), TARGET)
 
 
 def make_loop(space, strategy, runner=None, db=None, batch_size=16, seed=0):
