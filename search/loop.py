@@ -467,7 +467,8 @@ class TuningLoop:
                 "candidates": int(np.isfinite(times).sum()), "trained_on": self._trained_rows}
 
     # -- re-measuring the best -----------------------------------------------------------------
-    def remeasure_top(self, k: int = 3, rounds: int = 3, max_passes: int = 4) -> list[dict]:
+    def remeasure_top(self, k: int = 3, rounds: int = 3, max_passes: int = 4,
+                      keep_going=None) -> list[dict]:
         """Re-time the ``k`` best records of the workload ``rounds`` times, interleaved (each
         round runs every candidate once, in turn, so a change in machine load hits them
         alike), and store each one's re-measurement; the database's ranking score becomes the
@@ -484,6 +485,9 @@ class TuningLoop:
         by a median 13-47% over their first times, and 19-36 records still sat between the
         top and the best re-measured one in five of them.  The estimate summed to 15.1 ms
         against 18.2 ms for the same records re-timed an hour later.
+        ``keep_going``: None, or a callable asked before each pass after the first; when it
+        returns false (a deadline has passed, the run was asked to stop) no further pass is
+        started, and the best reported may then be a record never re-measured.
         Returns per record (latest pass): ``record_id``, ``before`` (its score before),
         ``after``, ``spread`` ((max - min) / median of the new runs), ``runs``."""
         for name, value in (("k", k), ("rounds", rounds), ("max_passes", max_passes)):
@@ -499,6 +503,11 @@ class TuningLoop:
             for pass_no in range(max_passes):
                 top = self.database.best_k(key, self.target, k << pass_no)
                 if not top or (pass_no and top[0].record_id in attempted):
+                    break
+                if pass_no and keep_going is not None and not keep_going():
+                    self.log(f"[tune {self.workload.name}] re-measuring stopped after "
+                             f"{pass_no} passes ({len(attempted)} records), out of time: "
+                             f"the best stored may be a record not re-measured")
                     break
                 group = [r for r in top if r.record_id not in attempted]
                 if champion is not None:

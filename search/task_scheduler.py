@@ -287,7 +287,10 @@ class TaskScheduler:
 
     def reserve_seconds(self) -> float:
         """Time kept back for re-measuring the best candidates at the end: per task tuned in
-        this run, remeasure_top x remeasure_rounds runs at the average run time."""
+        this run, remeasure_top x remeasure_rounds runs at the average run time -- its first
+        pass.  Later passes (TuningLoop.remeasure_top grows the group when the re-measured
+        records all lose their place) are started only while the deadline is ahead, so
+        they cannot carry the run past it by more than one pass."""
         if not self.remeasure_top or not self.remeasure_rounds or not self.trials_run:
             return 0.0
         tuned = sum(1 for t in self.tasks if t.run_trials and t.status != "failed")
@@ -533,7 +536,8 @@ class TaskScheduler:
             if self.deadline is not None and self.clock() >= self.deadline:
                 break
             try:
-                out[task.key] = loop.remeasure_top(self.remeasure_top, self.remeasure_rounds)
+                out[task.key] = loop.remeasure_top(self.remeasure_top, self.remeasure_rounds,
+                                                   keep_going=self._time_left)
             except (KeyboardInterrupt, SystemExit):
                 raise
             except Exception as err:  # noqa: BLE001 - the tuned records stay valid
@@ -545,6 +549,12 @@ class TaskScheduler:
                 task.best_seconds = best.score if best.score is not None else best.median
         self._record_curve()
         return out
+
+    def _time_left(self) -> bool:
+        """Whether work may still start: not asked to stop, the deadline (if any) ahead."""
+        if self.should_stop():
+            return False
+        return self.deadline is None or self.clock() < self.deadline
 
     def _emit(self, event: str, task: SchedulerTask | None = None) -> None:
         if self.listener is not None:

@@ -221,6 +221,29 @@ def test_re_measured_groups_grow_until_the_best_was_re_measured(space):
     assert 12 < len(result.remeasured) <= 3 + 6 + 12 + 24
 
 
+def test_re_measure_passes_stop_when_time_is_out(space):
+    # The same twelve lucky records, but keep_going says the time is out once the first pass
+    # is done: only that pass runs (three records, the first asked), and the loop is asked
+    # before each later pass only.
+    runner = LuckyRunner(space, lucky=12)
+    loop = make_loop(space, runner)
+    loop.run(32)
+    asked = []
+
+    def keep_going():
+        asked.append(len(runner.runs))
+        return False
+
+    out = loop.remeasure_top(3, 2, keep_going=keep_going)
+    assert len(out) == 3 and len(asked) == 1
+    assert sorted(runner.runs[h] for h in runner.lucky) == [1] * 9 + [3] * 3
+    # Always true: the passes go on as without it.
+    runner = LuckyRunner(space, lucky=12)
+    loop = make_loop(space, runner)
+    loop.run(32)
+    assert len(loop.remeasure_top(3, 2, keep_going=lambda: True)) > 12
+
+
 def test_loop_rejects_bad_arguments(space, runner):
     with pytest.raises(search.SearchError, match="batch_size"):
         make_loop(space, runner, batch_size=0)

@@ -244,6 +244,30 @@ def test_remeasure_at_the_end_updates_the_best():
         assert math.isfinite(t.best_seconds)
 
 
+def test_re_measure_passes_stop_at_the_deadline(monkeypatch):
+    # The loops are asked before each pass after the first whether time is left: yes while
+    # the deadline is ahead, no once it has passed (here during the first task's first
+    # pass), and the tasks after it are not re-measured at all.
+    clock = FakeClock()
+    tasks = make_tasks()
+    runner = TaskRunner({t.key: 1e-4 for t in tasks}, clock=clock, step=1.0)
+    sched = scheduler(tasks, MemoryDatabase(), runner, trials=12, deadline=clock.now + 1000,
+                      clock=clock, remeasure_top=1, remeasure_rounds=1)
+    answers = []
+    real = search.TuningLoop.remeasure_top
+
+    def spy(loop, k, rounds, max_passes=4, keep_going=None):
+        answers.append(keep_going())
+        clock.now = sched.deadline
+        answers.append(keep_going())
+        return real(loop, k, rounds, max_passes, keep_going)
+
+    monkeypatch.setattr(search.TuningLoop, "remeasure_top", spy)
+    result = sched.run()
+    assert answers == [True, False]
+    assert len(result.remeasured) == 1
+
+
 def test_gradient_prefers_heavy_slow_and_recently_improving_tasks():
     sched = TaskScheduler(make_tasks(), lambda t: None, MemoryDatabase(), TARGET,
                           **configs({"trials": 10, "batch_size": 2, "window": 1, "eps": 0.0}))
