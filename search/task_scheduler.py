@@ -377,7 +377,7 @@ class TaskScheduler:
             return "interrupted"
         if self.remaining_budget == 0:
             return "budget"
-        if self.deadline is not None and self.clock() >= self.deadline:
+        if self._past_deadline():
             return "deadline"
         return None
 
@@ -533,7 +533,7 @@ class TaskScheduler:
             if self.should_stop():
                 self.stopped = "interrupted"
                 break
-            if self.deadline is not None and self.clock() >= self.deadline:
+            if self._past_deadline():
                 break
             try:
                 out[task.key] = loop.remeasure_top(self.remeasure_top, self.remeasure_rounds,
@@ -550,11 +550,12 @@ class TaskScheduler:
         self._record_curve()
         return out
 
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and self.clock() >= self.deadline
+
     def _time_left(self) -> bool:
         """Whether work may still start: not asked to stop, the deadline (if any) ahead."""
-        if self.should_stop():
-            return False
-        return self.deadline is None or self.clock() < self.deadline
+        return not self.should_stop() and not self._past_deadline()
 
     def _emit(self, event: str, task: SchedulerTask | None = None) -> None:
         if self.listener is not None:
