@@ -1,14 +1,15 @@
 """The four halves of a Winograd convolution's transforms, NCHW against the blocked layout.
 
     python -m benchmarks.winograd_layouts [--layers 64x56x4,128x28x4] [--trials 96]
-                                          [--rounds 9]
+                                          [--rounds 9] [--min-repeat-ms 70]
 
 For each layer (channels x image size x tile m of F(m, 3), ResNet-18's shapes by default) the
 input transform's halves (rows, then columns of each tile) and the output transform's halves
 are built in both layouts (``tensor_ir.ops.winograd``): NCHW, where the column half of the
 input and the row half of the output turn the layout between tiles and channels, and
 NCHW[16]c, where every half keeps the channels innermost.  Each of the eight kernels is tuned
-alone for ``--trials`` trials (fresh, in-memory records), then the eight best programs are
+alone for ``--trials`` trials (fresh, in-memory records; each candidate timed in repeats of
+at least ``--min-repeat-ms``, the tuner's default unless given), then the eight best programs are
 timed side by side in interleaved rounds (one machine state for all of them) and the JSON on
 stdout gives each one's median in microseconds, each layout's total per convolution and
 their ratio.  The batched matmul between the halves is the same in both layouts and is left
@@ -81,13 +82,15 @@ def _runner(func):
     return lambda: lib(*args)
 
 
-def run_layer(channels: int, image: int, m: int, trials: int, rounds: int) -> dict:
+def run_layer(channels: int, image: int, m: int, trials: int, rounds: int,
+              config=None) -> dict:
     import autotune
 
     kernels = halves(channels, image, m)
     tuned = {}
     for name, k in kernels.items():
-        result = autotune.tune(k["func"], TARGET, trials=trials, log=False)
+        result = autotune.tune(k["func"], TARGET, trials=trials, log=False,
+                               measure_config=config)
         tuned[name] = result.best_func
         print(f"{channels}x{image} F({m},3) {name}: {result.best_time * 1e6:.1f} us tuned",
               file=sys.stderr, flush=True)
@@ -108,11 +111,18 @@ def main(argv=None) -> int:
                         help="comma-separated CHANNELSxIMAGExTILE")
     parser.add_argument("--trials", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--min-repeat-ms", type=float, default=None,
+                        help="shortest timed repeat while tuning (default: the tuner's)")
     args = parser.parse_args(argv)
+    config = None
+    if args.min_repeat_ms is not None:
+        from autotune.measure import MeasureConfig
+        config = MeasureConfig(min_repeat_ms=args.min_repeat_ms)
     layers = [tuple(int(x) for x in spec.split("x")) for spec in args.layers.split(",")]
     out = {"benchmark": "winograd_layouts", "target": TARGET, "block": BLOCK,
            "environment": environment(),
-           "layers": [run_layer(c, i, m, args.trials, args.rounds) for c, i, m in layers]}
+           "layers": [run_layer(c, i, m, args.trials, args.rounds, config)
+                      for c, i, m in layers]}
     print(json.dumps(out, indent=1))
     return 0
 

@@ -45,7 +45,7 @@ def test_winograd_layouts_times_both_layouts_of_every_half():
     buf = io.StringIO()
     with redirect_stdout(buf):
         assert winograd_layouts.main(["--layers", "32x6x2", "--trials", "2",
-                                      "--rounds", "1"]) == 0
+                                      "--rounds", "1", "--min-repeat-ms", "1"]) == 0
     (layer,) = json.loads(buf.getvalue())["layers"]
     halves = ("input_rows", "input_cols", "output_rows", "output_cols")
     assert set(layer["median_us"]) == set(halves) | {f"{h}_nchwc" for h in halves}
