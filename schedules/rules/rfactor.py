@@ -128,6 +128,18 @@ class AddRFactor(ScheduleRule):
                 return widths
         return []
 
+    def _sketch_split(self, variant: str, extent: int) -> tuple[int, int]:
+        """(outer, inner) for generating an "inner" or "outer" sketch: the factored part at
+        least 2 long -- for "inner" the widest part within the bound, whole vector registers
+        where a divisor allows, for "outer" the most chunks the bound allows."""
+        fits = [d for d in divisors(extent) if 2 <= d <= self.max_innermost_factor]
+        if variant == "outer":
+            fits = [d for d in fits if d < extent] or [1]
+            inner = max(fits)
+        else:
+            inner = max([d for d in fits if d % self.lanes == 0] or fits or [1])
+        return extent // inner, inner
+
     @staticmethod
     def _stream_rows(extent: int) -> list[int]:
         """Row counts R for the "stream" variant: divisors of the row loop's extent up to
@@ -145,8 +157,14 @@ class AddRFactor(ScheduleRule):
         elif variant == "outer_inner":
             rf = self._outer_inner(sch, fused, ndim, reduce_extent)
         else:
+            # The rule runs while sketches are generated, where a sampled split that leaves
+            # the factored part one iteration long (1 is among the divisors drawn) makes
+            # rfactor refuse and the variant vanish from the space: softmax's row maximum lost
+            # its vectorised sketch to the draw while its row sum kept one.  The split is
+            # given here; the sketch keeps only its structure, and sampling draws it afresh.
             tiles = sch.sample_perfect_tile(fused, n=2,
-                                            max_innermost_factor=self.max_innermost_factor)
+                                            max_innermost_factor=self.max_innermost_factor,
+                                            decision=self._sketch_split(variant, reduce_extent))
             outer, inner = sch.split(fused, tiles)
             if variant == "outer":
                 rf = sch.rfactor(outer, 0)

@@ -433,6 +433,27 @@ def test_rfactor_no_stream_with_reuse():
     assert "stream" not in _rf_variants(_init(AddRFactor()).apply(Schedule(func), name))
 
 
+def test_rfactor_sketches_survive_an_unlucky_draw_while_generating():
+    # Sketch generation used to draw the split with the rule's random state: a draw that left
+    # the factored part one iteration long made rfactor refuse, and softmax's row maximum
+    # lost its vectorised sketch (2 sketches: only the row sum's variants).  Both row
+    # reductions now offer theirs, and a program with both factored computes softmax.
+    func = ops.softmax((1, 12, 128, 128))
+    space = DesignSpace(func, TARGET)
+    assert len(space.sketches) == 4
+    both = [k for k, t in enumerate(space.sketches)
+            if t.to_text().count('"meta_schedule.rfactor"') >= 4]
+    assert len(both) == 1
+    cand = space.sample(seed=0, sketch=both[0])
+    names = _blocks(cand.func)
+    assert "T_softmax_maxelem_rf" in names and "T_softmax_expsum_rf" in names
+    x = np.random.default_rng(0).uniform(-4, 4, (1, 12, 128, 128)).astype("float32")
+    got = np.full_like(x, np.nan)
+    autotune.build(cand.func, TARGET)(x, got)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(axis=-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
 def test_rfactor_skips_short_reductions():
     func = ops.sum((64, 8), axis=1)
     sch = Schedule(func)
