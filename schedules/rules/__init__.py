@@ -20,6 +20,8 @@ Rules for CPUs (the order of ``default_rules``, as in MetaSchedule):
                               on a target offering tensor intrinsics, a matching block keeps
                               the intrinsic's tile innermost and is tensorized
                               (rules/auto_tensorize.py)
+    transpose_tiling          cache-line tiles for a copy kernel that writes across its
+                              innermost loop (a transpose, a relayout)
     parallel_vectorize_unroll annotate the root block with sampled parallel extent and unroll
                               step (realised by schedules.postproc)
     random_compute_location   sampled compute_at of producers that were not tiled or inlined
@@ -50,23 +52,24 @@ from .multi_level_tiling_gpu import MultiLevelTilingGPU
 from .parallel_vectorize_unroll import ParallelVectorizeUnroll
 from .random_compute_location import RandomComputeLocation
 from .rfactor import AddRFactor
+from .transpose_tiling import TransposeTiling
 
 
 _REGISTRY = {"auto_inline": AutoInline, "rfactor": AddRFactor,
-             "multi_level_tiling": MultiLevelTiling,
+             "multi_level_tiling": MultiLevelTiling, "transpose_tiling": TransposeTiling,
              "parallel_vectorize_unroll": ParallelVectorizeUnroll,
              "random_compute_location": RandomComputeLocation,
              "cross_thread_reduction": CrossThreadReduction,
              "multi_level_tiling_gpu": MultiLevelTilingGPU, "auto_bind": AutoBind}
 
-_CPU_RULES = ("auto_inline", "rfactor", "multi_level_tiling", "parallel_vectorize_unroll",
-              "random_compute_location")
+_CPU_RULES = ("auto_inline", "rfactor", "multi_level_tiling", "transpose_tiling",
+              "parallel_vectorize_unroll", "random_compute_location")
 _GPU_RULES = ("auto_inline", "cross_thread_reduction", "multi_level_tiling_gpu", "auto_bind")
 
 
 def create(kind: str | ScheduleRule, **options) -> ScheduleRule:
     """A rule by its short name ("auto_inline", "rfactor", "multi_level_tiling",
-    "parallel_vectorize_unroll", "random_compute_location", "cross_thread_reduction",
+    "transpose_tiling", "parallel_vectorize_unroll", "random_compute_location", "cross_thread_reduction",
     "multi_level_tiling_gpu", "auto_bind") or an instance passed through."""
     if isinstance(kind, ScheduleRule):
         if options:

@@ -146,8 +146,8 @@ def test_default_rules_by_target_kind():
     gpu = [r.name for r in default_rules(Target("cuda -arch=sm_80"))]
     assert gpu == ["auto_inline", "cross_thread_reduction", "multi_level_tiling_gpu", "auto_bind"]
     assert [r.name for r in default_rules(Target("llvm"))] == [
-        "auto_inline", "rfactor", "multi_level_tiling", "parallel_vectorize_unroll",
-        "random_compute_location"]
+        "auto_inline", "rfactor", "multi_level_tiling", "transpose_tiling",
+        "parallel_vectorize_unroll", "random_compute_location"]
     gpu_procs = [type(p) for p in default_postprocs(Target("cuda -arch=sm_80"))]
     assert DecomposeReductionsGPU in gpu_procs
     cpu_procs = [type(p) for p in default_postprocs(Target("llvm"))]

@@ -20,6 +20,7 @@ from schedules.rules.parallel_vectorize_unroll import (
 )
 from schedules.rules.random_compute_location import RandomComputeLocation
 from schedules.rules.rfactor import AddRFactor
+from schedules.rules.transpose_tiling import TRANSPOSE_KEY, TransposeTiling
 from schedules.space import DesignSpace
 from tensor_ir import interp, ops, te
 from tensor_ir.func import structural_equal
@@ -460,6 +461,53 @@ def test_rfactor_skips_short_reductions():
     assert _init(AddRFactor()).apply(sch, _blocks(func)[0]) == [sch]
 
 
+# -- TransposeTiling -----------------------------------------------------------------------
+def _head_split_kt():
+    """Attention's K^T as the model's fused kernel has it: the projection's K columns split
+    into heads (a reshape) and transposed, one block after inlining that iterates in the
+    input's order and writes out[h, d, s]."""
+    a = te.placeholder((128, 2304), "float32", name="A")
+    heads = te.compute((1, 128, 12, 64), lambda b, s, h, d: a[s, 768 + h * 64 + d], name="R")
+    out = te.compute((1, 12, 64, 128), lambda b, h, d, s: heads[b, s, h, d], name="T")
+    return te.create_prim_func([a, out], name="kt")
+
+
+def test_transpose_tiling_offers_line_and_vector_tiles_of_a_head_split():
+    func = _head_split_kt()
+    sch = Schedule(func, seed=0)
+    sch.reverse_compute_inline(sch.get_block("T"))  # what AutoInline does first
+    out = _init(TransposeTiling()).apply(sch, "R")
+    variants = [dict(tree.find_block(s.func, "R").node.block.annotations).get(TRANSPOSE_KEY)
+                for s in out]
+    assert variants == [None, "lines", "vector"]
+    by = dict(zip(variants, out))
+    # "lines": the 16 rows (s) that share an output line run just outside the vector loop
+    # (d); "vector": 16 x 16 tiles, the output's lanes (s) innermost.
+    assert [lp.extent.value for lp in _loops(by["lines"].func, "R")][-2:] == [16, 64]
+    assert [lp.extent.value for lp in _loops(by["vector"].func, "R")][-3:] == [4, 16, 16]
+    x = np.random.default_rng(0).uniform(-1, 1, (128, 2304)).astype("float32")
+    expected = x[:, 768:1536].reshape(1, 128, 12, 64).transpose(0, 2, 3, 1)
+    space = DesignSpace(func, TARGET)
+    seen = set()
+    for k in range(len(space.sketches)):
+        cand = space.sample(seed=k, sketch=k)
+        seen.add(dict(tree.find_block(cand.func, "R").node.block.annotations).get(
+            TRANSPOSE_KEY))
+        got = np.full((1, 12, 64, 128), np.nan, np.float32)
+        autotune.build(cand.func, TARGET)(x, got)
+        np.testing.assert_array_equal(got, expected)
+    assert seen == {None, "lines", "vector"}
+
+
+def test_transpose_tiling_leaves_copies_that_write_along_their_innermost_loop():
+    rule = _init(TransposeTiling())
+    # A transpose as te writes it iterates over its output; softmax's stages write along j.
+    for func in (ops.transpose((64, 32, 48), axes=(2, 0, 1)), ops.softmax((4, 64))):
+        sch = Schedule(func, seed=0)
+        for name in _blocks(func):
+            assert rule.apply(sch, name) == [sch]
+
+
 # -- ParallelVectorizeUnroll and RandomComputeLocation ---------------------------------------
 def test_parallel_vectorize_unroll_annotates_root_with_samples():
     func, _ = elementwise_chain()
@@ -492,8 +540,8 @@ def test_random_compute_location_samples_the_padding_stage():
 
 def test_create_and_default_rules():
     assert [r.name for r in default_rules(TARGET)] == [
-        "auto_inline", "rfactor", "multi_level_tiling", "parallel_vectorize_unroll",
-        "random_compute_location"]
+        "auto_inline", "rfactor", "multi_level_tiling", "transpose_tiling",
+        "parallel_vectorize_unroll", "random_compute_location"]
     with pytest.raises(ScheduleError, match="unknown schedule rule"):
         create("tile_everything")
     rule = AutoInline()
