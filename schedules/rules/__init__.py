@@ -69,8 +69,9 @@ _GPU_RULES = ("auto_inline", "cross_thread_reduction", "multi_level_tiling_gpu",
 
 def create(kind: str | ScheduleRule, **options) -> ScheduleRule:
     """A rule by its short name ("auto_inline", "rfactor", "multi_level_tiling",
-    "transpose_tiling", "parallel_vectorize_unroll", "random_compute_location", "cross_thread_reduction",
-    "multi_level_tiling_gpu", "auto_bind") or an instance passed through."""
+    "transpose_tiling", "parallel_vectorize_unroll", "random_compute_location",
+    "cross_thread_reduction", "multi_level_tiling_gpu", "auto_bind") or an instance passed
+    through."""
     if isinstance(kind, ScheduleRule):
         if options:
             raise ScheduleError(f"create: options {sorted(options)} given with a rule instance")
