@@ -102,3 +102,31 @@ def test_e2e_compare_times_each_database_s_build_beside_onnxruntime(tmp_path):
         assert r["max_abs_diff_vs_onnxruntime"] < 1e-3
     with pytest.raises(SystemExit):
         e2e_compare.main(["--model", "mobilenet_v2", "--db", str(tmp_path / "none.db")])
+
+
+def test_e2e_ops_profiles_our_kernels_beside_onnxruntime_s_nodes():
+    from benchmarks import e2e_ops
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert e2e_ops.main(["--small", "--model", "bert_base_layer", "--rounds", "2",
+                             "--runs", "2"]) == 0
+    doc = json.loads(buf.getvalue())
+    assert doc["database"] is None and doc["coverage"] == 0
+    import autotune
+    from autotune.model_build import build_model
+
+    lib = build_model(autotune.load_model("bert_base_layer", **doc["options"]), "llvm",
+                      warn=False)
+    assert [k["step"] for k in doc["ours"]] == [s.name for s in lib.steps]
+    assert all(k["ms"] > 0 for k in doc["ours"])
+    # onnxruntime's nodes, each timed in every timed run (not the warm-up ones): its fused
+    # matmuls are among them.
+    ops = {n["op"] for n in doc["onnxruntime"]}
+    assert ops & {"MatMul", "Gemm", "FusedMatMul"}
+    assert all(n["runs"] == 2 * 2 and n["ms"] >= 0 for n in doc["onnxruntime"])
+    for key in ("ours_run_ms", "onnxruntime_run_ms", "ours_kernel_sum_ms",
+                "onnxruntime_node_sum_ms"):
+        assert doc[key] > 0
+    with pytest.raises(SystemExit):
+        e2e_ops.main(["--model", "bert_base_layer", "--db", "no-such.db"])
