@@ -129,9 +129,10 @@ class AddRFactor(ScheduleRule):
         return []
 
     def _sketch_split(self, variant: str, extent: int) -> tuple[int, int]:
-        """(outer, inner) for generating an "inner" or "outer" sketch: the factored part at
-        least 2 long -- for "inner" the widest part within the bound, whole vector registers
-        where a divisor allows, for "outer" the most chunks the bound allows."""
+        """(outer, inner) for generating an "inner" or "outer" sketch, the factored part at
+        least 2 long: for "inner" the widest inner part within the bound (whole vector
+        registers where a divisor allows), for "outer" the widest inner part that still
+        leaves two chunks or more."""
         fits = [d for d in divisors(extent) if 2 <= d <= self.max_innermost_factor]
         if variant == "outer":
             fits = [d for d in fits if d < extent] or [1]
