@@ -1,6 +1,7 @@
 """TransposeTiling: cache-line tiles for a copy that writes along another loop than its
-innermost one (a transpose, attention's head split into ``K^T``, a relayout between NCHW and
-NCHW[x]c).
+innermost one (attention's head split into ``K^T``: a transpose reverse-inlined into the
+reshape before it, so the block iterates in the input's order).  A te transpose or relayout
+on its own iterates over its output and writes along its innermost loop: the rule leaves it.
 
 Left alone, such a block keeps its loop order: the innermost loop is vectorised, and every
 vector it loads is scattered over as many output rows.  Attention's ``K^T`` (``[12, 64, 128]``
