@@ -143,13 +143,17 @@ def to_onnx(model, opset: int = 17):
     return proto
 
 
-def onnxruntime_session(proto, threads: int):
+def onnxruntime_session(proto, threads: int, profile_prefix: str | None = None):
+    """``profile_prefix``: turn onnxruntime's profiler on, writing under that prefix."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
     return ort.InferenceSession(proto.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
 

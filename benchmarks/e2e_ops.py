@@ -32,19 +32,6 @@ from benchmarks.e2e import MODELS, SMALL_OPTIONS, model_feed, onnxruntime_sessio
 KERNEL_SUFFIX = "_kernel_time"
 
 
-def _ort_profiled_session(proto, threads: int, prefix: str):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.enable_profiling = True
-    options.profile_file_prefix = prefix
-    return ort.InferenceSession(proto.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
-
-
 def node_times(events: list[dict], since_us: float) -> list[dict]:
     """Per node (in the order of first appearance) the median kernel milliseconds over the
     runs that started at or after ``since_us`` (the profiler's microsecond clock)."""
@@ -76,7 +63,7 @@ def profile_ops(name: str, database: str | None, threads: int = 2, rounds: int =
     ours: list[list[float]] = []
     ours_run, theirs_run = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        profiled = _ort_profiled_session(proto, threads, os.path.join(tmp, "ort"))
+        profiled = onnxruntime_session(proto, threads, os.path.join(tmp, "ort"))
         for _ in range(3):  # warm up every side: pages, thread pools, prepacked weights
             lib.run(feed)
             plain.run(None, feed)
