@@ -217,3 +217,58 @@ def test_search_efficiency_transfer_tunes_cold_and_warm(tmp_path):
     assert "median_warm_over_cold_trials_to_90pct_of_task_best" in doc
     assert set(doc["mean_model_accuracy"]) == {"cold", "warm", "warm_blend"}
     assert doc["source"]["workloads"] == 2 and doc["source"]["heldout_ranking"]["model"]
+
+
+def test_gemm_ceiling_times_checked_tiles_beside_mlas_and_the_fma_peak():
+    pytest.importorskip("onnxruntime")
+    from benchmarks import gemm_ceiling
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert gemm_ceiling.main(["--shapes", "24x256x96", "--threads", "1,2", "--rows", "8,12",
+                                  "--k-blocks", "48,64", "--rounds", "2",
+                                  "--min-seconds", "0.01"]) == 0
+    doc = json.loads(buf.getvalue())
+    assert set(doc["peak_gflops"]) == {"1", "2"}
+    # 16 lanes x 2 FLOPs per FMA: even a slow host does more than one FMA per nanosecond.
+    assert all(g > 32 for g in doc["peak_gflops"].values())
+    # k blocks of 64 do not divide 96: only the 48s run, each of both row counts.
+    names = {"mlas", "ours_8x32_k48", "ours_12x32_k48"}
+    for threads in (1, 2):
+        rows = [r for r in doc["results"] if r["threads"] == threads]
+        assert {r["program"] for r in rows} == names
+        peak = doc["peak_gflops"][str(threads)]
+        for r in rows:
+            assert r["p10_ms"] <= r["median_ms"]
+            assert r["gflops"] == pytest.approx(2 * 24 * 256 * 96 / r["median_ms"] / 1e6,
+                                                rel=1e-2)
+            assert r["share_of_peak"] == pytest.approx(r["gflops"] / peak, abs=2e-3)
+
+
+def test_gemm_ceiling_schedules_compute_the_matmul():
+    import numpy as np
+
+    import autotune
+    from benchmarks.gemm_ceiling import schedule_gemm
+    from tensor_ir import ops
+    from tensor_ir.interp import evaluate
+
+    m, n, k = 24, 256, 96
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k), "float32"), rng.standard_normal((k, n), "float32")
+    for rows, k_block, threads in ((8, 48, 1), (12, 96, 2), (24, 32, 2)):
+        func = schedule_gemm(ops.matmul(m, n, k), rows, k_block, threads).func
+        out = np.full((m, n), np.nan, "float32")
+        autotune.build(func, f"llvm -num-cores {threads}")(a, b, out)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3,
+                                   err_msg=f"{rows} rows, k block {k_block}")
+    np.testing.assert_allclose(evaluate(func, a, b)[0], a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_gemm_ceiling_rejects_a_malformed_shape():
+    from benchmarks import gemm_ceiling
+
+    with pytest.raises(SystemExit):
+        gemm_ceiling.main(["--shapes", "128x3072"])
+    with pytest.raises(SystemExit):
+        gemm_ceiling.main(["--rows", "0"])
