@@ -44,6 +44,14 @@ def schedule_matmul(func, rows: int = ROWS, cols: int = COLS):
     pack = sch.pack_layout(block, 1, lambda kk, n: (n // cols, kk, n % cols))
     init = sch.decompose_reduction(block, k)
     sch.parallel(sch.fuse(i_outer, j_outer))
+    annotate_register_block(sch, i_inner, j_inner, write_back, init, pack)
+    return sch
+
+
+def annotate_register_block(sch, i_inner, j_inner, write_back, init, pack) -> None:
+    """The annotations a register-blocked, B-packed matmul schedule ends with: the block's
+    rows unrolled and its columns vectorised, its write-back and its init vectorised, the
+    packing of B parallel over the panels and vectorised along them."""
     sch.unroll(i_inner)
     sch.vectorize(j_inner)
     sch.vectorize(sch.get_loops(write_back)[-1])
@@ -51,7 +59,6 @@ def schedule_matmul(func, rows: int = ROWS, cols: int = COLS):
     pack_loops = sch.get_loops(pack)
     sch.parallel(pack_loops[0])
     sch.vectorize(pack_loops[-1])
-    return sch
 
 
 def main(argv=None) -> int:
