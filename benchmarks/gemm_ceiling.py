@@ -3,7 +3,7 @@
     python -m benchmarks.gemm_ceiling                       # 128x3072x768 and 96x3072x768
     python -m benchmarks.gemm_ceiling --shapes 128x768x768 --threads 2 --rounds 30
 
-The BERT layer spends 85% of its time in four matmuls of 128 rows (the tokens), and
+The BERT layer spends about 90% of its time in four matmuls of 128 rows (the tokens), and
 onnxruntime runs them with MLAS's hand-written AVX-512 kernel.  This command says how far
 each side is from what the cores can do, in one run:
 
@@ -25,8 +25,8 @@ JSON document.
 Recorded on a 2-vCPU Emerald Rapids Xeon (benchmarks/results/gemm_ceiling_2026-11-28_*):
 the peak was 165 GFLOPS on one thread and 337 on two.  On two threads MLAS ran the four
 shapes at 0.59-0.68 of it and the 8-row tiles at 0.50-0.68 (0.95-1.19x MLAS's time, the
-768x3072 weight the furthest behind); on 96 rows the 12-row tiles ran 4-7% faster than the
-8-row ones, level with MLAS.  Neither side comes near the peak on two threads: a kernel
+3072x768 weight of FFN2 the furthest behind); on 96 rows the 12-row tiles ran 4-7% faster than
+the 8-row ones, level with MLAS.  Neither side comes near the peak on two threads: a kernel
 15% faster than MLAS, which the BERT layer would need to run at 0.9x onnxruntime, would be
 at 0.69-0.80 of it.
 """
