@@ -43,6 +43,7 @@ from benchmarks.common import environment, interleaved_medians
 SHAPES = ((128, 3072, 768), (96, 3072, 768))  # (rows, columns, reduction): BERT's FFN1
 ROWS = (8, 12)
 K_BLOCKS = (48, 256)
+PREFETCH = (0,)     # software prefetch distances (bytes) of the panel; 0: none
 COLS = 32           # two AVX-512 registers of float32
 PANELS_PER_CHUNK = 4
 CHAINS = 16         # independent FMA chains per thread: twice latency x ports, never stalled
@@ -126,10 +127,12 @@ def fma_peak_gflops(threads: int, seconds: float = 0.1, tries: int = 5) -> float
     return threads * n * CHAINS * 16 * 2 / best / 1e9
 
 
-def schedule_gemm(func, rows: int, k_block: int, threads: int):
-    """The register-tiled, panel-packed schedule (see the module text) of a te matmul."""
+def schedule_gemm(func, rows: int, k_block: int, threads: int, prefetch: int = 0):
+    """The register-tiled, panel-packed schedule (see the module text) of a te matmul;
+    ``prefetch`` > 0: the panel is prefetched that many bytes ahead along the k block."""
     from benchmarks.matmul_schedule import annotate_register_block
     from schedules import Schedule
+    from tensor_ir.codegen.llvm import PREFETCH_KEY
 
     sch = Schedule(func)
     block = sch.get_block("C")
@@ -147,10 +150,13 @@ def schedule_gemm(func, rows: int, k_block: int, threads: int):
     if threads > 1:
         sch.parallel(fused)
     annotate_register_block(sch, i_inner, j_inner, write_back, init, pack)
+    if prefetch:
+        sch.annotate(k_inner, PREFETCH_KEY, prefetch)
     return sch
 
 
-def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b):
+def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b,
+          prefetch: int = 0):
     """A callable running our kernel on ``a`` and the pre-packed ``b``, checked first."""
     import numpy as np
 
@@ -161,7 +167,7 @@ def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b):
 
     target = f"llvm -num-cores {threads}"
     main, packs = split_packing(schedule_gemm(ops.matmul(m, n, k), rows, k_block,
-                                              threads).func, {1})
+                                              threads, prefetch).func, {1})
     args = [a, b]
     for p in packs:
         packed = aligned_empty(tuple(p.pack.params[1].const_shape), np.float32, 64)
@@ -196,7 +202,8 @@ def _mlas(m: int, n: int, k: int, threads: int, a, b):
 
 
 def measure(shape: tuple[int, int, int], threads: int, rounds: int, peak: float,
-            min_seconds: float = 0.3, rows_choices=ROWS, k_blocks=K_BLOCKS) -> list[dict]:
+            min_seconds: float = 0.3, rows_choices=ROWS, k_blocks=K_BLOCKS,
+            prefetches=PREFETCH) -> list[dict]:
     """One row per program for ``shape`` on ``threads`` threads."""
     import numpy as np
 
@@ -210,9 +217,11 @@ def measure(shape: tuple[int, int, int], threads: int, rounds: int, peak: float,
     programs = {"mlas": _mlas(m, n, k, threads, a, b)}
     for rows in rows_choices:
         for k_block in k_blocks:
-            if m % rows == 0 and k % k_block == 0 and n % (COLS * PANELS_PER_CHUNK) == 0:
-                programs[f"ours_{rows}x{COLS}_k{k_block}"] = _ours(m, n, k, rows, k_block,
-                                                                  threads, a, b)
+            if m % rows or k % k_block or n % (COLS * PANELS_PER_CHUNK):
+                continue
+            for prefetch in prefetches:
+                name = f"ours_{rows}x{COLS}_k{k_block}" + (f"_pf{prefetch}" if prefetch else "")
+                programs[name] = _ours(m, n, k, rows, k_block, threads, a, b, prefetch)
     times = interleaved_medians(programs, rounds=rounds, min_seconds=min_seconds)
     flops = 2.0 * m * n * k
     mlas = times["mlas"]["median_s"]
@@ -234,26 +243,33 @@ def _shape(text: str) -> tuple[int, int, int]:
     return tuple(int(p) for p in parts)
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"a list of positive integers, not {text!r}")
-    return values
+def _int_list(least: int):
+    """An argparse type: a comma-separated list of integers, each at least ``least``."""
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(x) for x in text.split(",")]
+        except ValueError:
+            values = []
+        if not values or min(values) < least:
+            raise argparse.ArgumentTypeError(
+                f"a comma-separated list of integers from {least} up, not {text!r}")
+        return values
+    return parse
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", type=lambda s: [_shape(x) for x in s.split(",")],
                         default=list(SHAPES), help="e.g. 128x3072x768,96x3072x768")
-    parser.add_argument("--threads", type=_ints,
+    parser.add_argument("--threads", type=_int_list(1),
                         default=[1, 2], help="thread counts, e.g. 1,2")
-    parser.add_argument("--rows", type=_ints, default=list(ROWS),
+    parser.add_argument("--rows", type=_int_list(1), default=list(ROWS),
                         help="register-tile rows to try, e.g. 8,12")
-    parser.add_argument("--k-blocks", type=_ints, default=list(K_BLOCKS),
+    parser.add_argument("--k-blocks", type=_int_list(1), default=list(K_BLOCKS),
                         help="reduction blocks to try, e.g. 48,256")
+    parser.add_argument("--prefetch", type=_int_list(0), default=list(PREFETCH),
+                        help="panel prefetch distances in bytes to try, 0 for none, e.g. "
+                             "0,1024")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--min-seconds", type=float, default=0.3,
                         help="least seconds per timed sample")
@@ -266,7 +282,7 @@ def main(argv=None) -> int:
         doc["peak_gflops"][str(threads)] = round(peak, 1)
         for shape in args.shapes:
             doc["results"] += measure(shape, threads, args.rounds, peak, args.min_seconds,
-                                      args.rows, args.k_blocks)
+                                      args.rows, args.k_blocks, args.prefetch)
     json.dump(doc, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

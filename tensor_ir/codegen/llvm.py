@@ -96,6 +96,10 @@ ALLOCA_MAX_BYTES = 64 * 1024
 # An unrolled loop is emitted as copies only while the copies stay within this many leaf
 # statements; beyond it the loop stays a loop (LLVM may still unroll it partially).
 MAX_UNROLL_STEPS = 4096
+# Loop annotation: software prefetch distance in bytes for the contiguous vector loads in the
+# loop (see VectorMixin.prefetch_ahead); the largest distance accepted.
+PREFETCH_KEY = "pragma_prefetch_bytes"
+MAX_PREFETCH_BYTES = 1 << 16
 
 @dataclass(frozen=True)
 class CodegenOptions:
@@ -197,6 +201,9 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
         # (loop variable, scalar first value) of the vectorized loop being emitted.
         self.lane_base: tuple | None = None
         self.auto_unroll: int | None = None
+        # (loop variable, distance in bytes, buffers the loop stores to) of the innermost
+        # enclosing loop annotated with PREFETCH_KEY, or None.
+        self.prefetch: tuple | None = None
         self._nsw = False
         self._decls: dict = {}
         self._steps: dict = {}
@@ -372,14 +379,18 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
             raise BuildError(f"codegen: loop {s.loop_var.name} is bound to "
                              f"{s.thread_binding or 'a thread axis'}; thread binding is a GPU "
                              f"concept and has no meaning on the LLVM CPU target")
-        saved_unroll = self.auto_unroll
+        saved_unroll, saved_prefetch = self.auto_unroll, self.prefetch
         step = s.annotation("pragma_auto_unroll_max_step")
         if step is not None:
             self.auto_unroll = int(step)
+        distance = s.annotation(PREFETCH_KEY)
+        if distance is not None:
+            self.prefetch = (s.loop_var, prefetch_distance(distance, s.loop_var.name),
+                             stored_buffers(s.body))
         try:
             self._for_kind(s)
         finally:
-            self.auto_unroll = saved_unroll
+            self.auto_unroll, self.prefetch = saved_unroll, saved_prefetch
 
     def _for_kind(self, s: For) -> None:
         extent = s.extent.value if isinstance(s.extent, IntImm) else None
@@ -935,6 +946,30 @@ def emit_broadcast(bld: ir.IRBuilder, v: ir.Value, lanes: int) -> ir.Value:
 _INT_OPS = frozenset({"+", "-", "*", "//", "%", "min", "max"})
 _COMPARE = {"==": lambda x, y: x == y, "!=": lambda x, y: x != y, "<": lambda x, y: x < y,
             "<=": lambda x, y: x <= y, ">": lambda x, y: x > y, ">=": lambda x, y: x >= y}
+
+
+def prefetch_distance(value, loop: str) -> int:
+    """The PREFETCH_KEY annotation's byte distance, checked: a whole number of bytes from 1 to
+    MAX_PREFETCH_BYTES."""
+    if isinstance(value, IntImm):
+        value = value.value
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not 0 < value <= MAX_PREFETCH_BYTES:
+        raise BuildError(f"codegen: loop {loop} has {PREFETCH_KEY}={value!r}; it must be a "
+                         f"whole number of bytes from 1 to {MAX_PREFETCH_BYTES}")
+    return value
+
+
+def stored_buffers(body) -> frozenset:
+    """The buffers ``body`` stores to."""
+    found = set()
+
+    def visit(n):
+        if isinstance(n, BufferStore):
+            found.add(n.buffer)
+
+    walk(body, visit)
+    return frozenset(found)
 
 
 def const_int(v: ir.Value) -> int | None:

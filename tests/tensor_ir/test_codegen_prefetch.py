@@ -1,0 +1,85 @@
+"""The ``pragma_prefetch_bytes`` loop annotation: software prefetch of the contiguous vector
+loads that walk along the annotated loop, never of what the loop stores to, with results
+unchanged."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import autotune
+from schedules.schedule import Schedule
+from tensor_ir import ops
+from tensor_ir.codegen.llvm import MAX_PREFETCH_BYTES, PREFETCH_KEY
+from tensor_ir.errors import BuildError
+
+M, N, K = 16, 64, 96
+
+
+def tiled_matmul(prefetch=None, loop: str = "k_inner"):
+    """C[16, 64] = A @ B with B packed in 32-column panels, an 8x32 register tile over k
+    blocks of 24; ``prefetch`` annotates ``loop`` (k_inner or k_outer)."""
+    sch = Schedule(ops.matmul(M, N, K))
+    block = sch.get_block("C")
+    i, j, k = sch.get_loops(block)
+    i_outer, i_inner = sch.split(i, [None, 8])
+    j_outer, j_inner = sch.split(j, [None, 32])
+    k_outer, k_inner = sch.split(k, [None, 24])
+    sch.reorder(i_outer, j_outer, k_outer, k_inner, i_inner, j_inner)
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, j_outer)
+    sch.pack_layout(block, 1, lambda kk, n: (n // 32, kk, n % 32))
+    sch.decompose_reduction(block, k_outer)
+    sch.unroll(i_inner)
+    sch.vectorize(j_inner)
+    if prefetch is not None:
+        sch.annotate(k_inner if loop == "k_inner" else k_outer, PREFETCH_KEY, prefetch)
+    return sch.func
+
+
+def prefetches(kernel) -> list[str]:
+    return re.findall(r'call void @"?llvm\.prefetch[^\n]*', kernel.get_source("ll-raw"))
+
+
+def run(func):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K), dtype=np.float32)
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    out = np.full((M, N), np.nan, np.float32)
+    kernel = autotune.build(func)
+    kernel(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    return kernel
+
+
+def test_annotated_loop_prefetches_the_panel_it_streams_and_keeps_the_result():
+    plain = run(tiled_matmul())
+    assert prefetches(plain) == []
+    kernel = run(tiled_matmul(1024))
+    calls = prefetches(kernel)
+    # One per panel load (the 32 columns are one vector), none for the accumulators the
+    # loop stores to, and none for A's broadcast scalars.
+    assert len(calls) == 1
+    raw = kernel.get_source("ll-raw")
+    assert re.search(r'getelementptr i8, ptr %"?[\w.]+"?, i64 1024', raw)
+
+
+def test_outer_annotation_covers_the_loads_inside_it():
+    # k_outer's variable is in B's index too: the annotation on it reaches the panel load
+    # in the k_inner loop nested inside.
+    assert len(prefetches(run(tiled_matmul(256, loop="k_outer")))) == 1
+
+
+def test_loads_that_do_not_walk_along_the_loop_are_not_prefetched():
+    # Annotating the loop over the register tile's rows: B's index does not use it.
+    sch = Schedule(tiled_matmul())
+    rows = sch.get_loops(sch.get_block("C"))[-2]
+    sch.annotate(rows, PREFETCH_KEY, 512)
+    assert prefetches(run(sch.func)) == []
+
+
+@pytest.mark.parametrize("value", [0, -64, MAX_PREFETCH_BYTES + 1, 1.5, "1024", True])
+def test_a_bad_distance_is_a_build_error_that_names_the_loop(value):
+    with pytest.raises(BuildError, match=r"k_1 has pragma_prefetch_bytes=.*whole number"):
+        autotune.build(tiled_matmul(value))
