@@ -291,8 +291,10 @@ class VectorMixin:
         past ``ptr`` (read, kept in every cache level) when the load walks along that loop
         (its indices use the loop's variable) through a buffer the loop does not store to.
         A register-tiled matmul streams its packed weight panel this way; on the BERT layer's
-        FFN2 (128x768x3072, 2 threads) 1-2 KiB ahead ran it 5-18% faster, most where the
-        panel comes from L3 after another kernel evicted it (benchmarks.gemm_ceiling).  The
+        FFN2 (128x768x3072, 2 threads) 1-2 KiB ahead ran 8x32 tiles 5-18% faster, most where
+        the panel comes from L3 after another kernel evicted it (benchmarks.gemm_ceiling).
+        A tile that reuses each panel slice from L1 over many rows ran slower with it (3.18
+        -> 3.55 ms), so the distance belongs to the schedule, not to the code generator.  The
         accumulators, which the loop stores to, are left alone, and a prefetch never faults,
         so one past the buffer's end is harmless."""
         var, distance, stored = self.prefetch
