@@ -97,7 +97,8 @@ ALLOCA_MAX_BYTES = 64 * 1024
 # statements; beyond it the loop stays a loop (LLVM may still unroll it partially).
 MAX_UNROLL_STEPS = 4096
 # Loop annotation: software prefetch distance in bytes for the contiguous vector loads in the
-# loop (see VectorMixin.prefetch_ahead); the largest distance accepted.
+# loop (see VectorMixin.prefetch_ahead), 0 for none (a schedule samples it among its
+# alternatives); the largest distance accepted.
 PREFETCH_KEY = "pragma_prefetch_bytes"
 MAX_PREFETCH_BYTES = 1 << 16
 
@@ -385,8 +386,9 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
             self.auto_unroll = int(step)
         distance = s.annotation(PREFETCH_KEY)
         if distance is not None:
-            self.prefetch = (s.loop_var, prefetch_distance(distance, s.loop_var.name),
-                             stored_buffers(s.body))
+            distance = prefetch_distance(distance, s.loop_var.name)
+            # 0 switches prefetching off in the loop, an enclosing annotation's included.
+            self.prefetch = (s.loop_var, distance, stored_buffers(s.body)) if distance else None
         try:
             self._for_kind(s)
         finally:
@@ -949,14 +951,14 @@ _COMPARE = {"==": lambda x, y: x == y, "!=": lambda x, y: x != y, "<": lambda x,
 
 
 def prefetch_distance(value, loop: str) -> int:
-    """The PREFETCH_KEY annotation's byte distance, checked: a whole number of bytes from 1 to
-    MAX_PREFETCH_BYTES."""
+    """The PREFETCH_KEY annotation's byte distance, checked: a whole number of bytes from 0
+    (no prefetch) to MAX_PREFETCH_BYTES."""
     if isinstance(value, IntImm):
         value = value.value
     if isinstance(value, bool) or not isinstance(value, int) \
-            or not 0 < value <= MAX_PREFETCH_BYTES:
+            or not 0 <= value <= MAX_PREFETCH_BYTES:
         raise BuildError(f"codegen: loop {loop} has {PREFETCH_KEY}={value!r}; it must be a "
-                         f"whole number of bytes from 1 to {MAX_PREFETCH_BYTES}")
+                         f"whole number of bytes from 0 (none) to {MAX_PREFETCH_BYTES}")
     return value
 
 

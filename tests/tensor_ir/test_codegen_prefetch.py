@@ -79,7 +79,16 @@ def test_loads_that_do_not_walk_along_the_loop_are_not_prefetched():
     assert prefetches(run(sch.func)) == []
 
 
-@pytest.mark.parametrize("value", [0, -64, MAX_PREFETCH_BYTES + 1, 1.5, "1024", True])
+def test_zero_distance_prefetches_nothing_even_under_an_annotated_loop():
+    # 0 is the "off" choice a schedule samples; on an inner loop it overrides an outer one.
+    assert prefetches(run(tiled_matmul(0))) == []
+    sch = Schedule(tiled_matmul(512, loop="k_outer"))
+    k_inner = sch.get_loops(sch.get_block("C"))[3]
+    sch.annotate(k_inner, PREFETCH_KEY, 0)
+    assert prefetches(run(sch.func)) == []
+
+
+@pytest.mark.parametrize("value", [-64, MAX_PREFETCH_BYTES + 1, 1.5, "1024", True])
 def test_a_bad_distance_is_a_build_error_that_names_the_loop(value):
     with pytest.raises(BuildError, match=r"k_1 has pragma_prefetch_bytes=.*whole number"):
         autotune.build(tiled_matmul(value))
