@@ -89,9 +89,12 @@ from tensor_ir.visitor import collect
 # Bump when the layout or meaning of the vector changes: stored models check it.
 # 2: the GPU block at the end of the global section (zeros for CPU programs).
 # 3: tensor_intrin_tile and tensor_intrin_calls at the end of the loop features.
-FEATURE_VERSION = 3
+# 4: prefetch_bytes at the end of the loop features.
+FEATURE_VERSION = 4
 
 CACHE_LINE_BYTES = 64
+# The loop annotation the LLVM codegen prefetches by (tensor_ir.codegen.llvm.PREFETCH_KEY).
+_PREFETCH_KEY = "pragma_prefetch_bytes"
 TOP_BUFFERS = 4          # buffers per store, the largest by accessed bytes first
 CURVE_POINTS = 10        # samples of the arithmetic-intensity curve over loop levels
 UNKNOWN_EXTENT = 1       # a loop extent that is not a constant and has no bound
@@ -123,7 +126,7 @@ LOOP_FEATURES = (
     "vectorized_num", "vectorized_lanes", "unrolled_num", "unrolled_prod", "parallel_num",
     "parallel_prod", "work_per_thread", "block_idx_prod", "thread_idx_prod", "vthread_prod",
     "auto_unroll_max_step", "auto_unroll_covered", "accumulate", "annotated_loops",
-    "tensor_intrin_tile", "tensor_intrin_calls",
+    "tensor_intrin_tile", "tensor_intrin_calls", "prefetch_bytes",
 )
 
 BUFFER_FEATURES = (
@@ -288,6 +291,9 @@ class ProgramAnalysis:
     gpu_limits: np.ndarray   # [P, 6] GpuLimits.as_row()
     # Tensorized tiles: iterations one intrinsic call covers, 0 for a plain store.
     tensor_tile: np.ndarray  # [S]
+    # Software prefetch distance (bytes) of the loads under the nearest enclosing loop that
+    # sets one (pragma_prefetch_bytes), 0 for none.
+    prefetch: np.ndarray     # [S]
 
     @property
     def num_programs(self) -> int:
@@ -325,6 +331,8 @@ class _Walker:
         self._slope_memo: dict[int, tuple] = {}
         # Iterations of the tensorized tile being walked (0 outside one).
         self.intrin_tile = 0
+        # The prefetch distance in force (the nearest annotated enclosing loop's).
+        self.prefetch = 0
 
     # -- statements ---------------------------------------------------------------------------
     def visit(self, s) -> None:
@@ -397,7 +405,13 @@ class _Walker:
         self.loops.append((s.loop_var, self._extent(s), code,
                            step if isinstance(step, (int, float)) else 0, bool(s.annotations),
                            axis_code))
+        saved = self.prefetch
+        ahead = s.annotation(_PREFETCH_KEY) if s.annotations else None
+        if ahead is not None:
+            self.prefetch = ahead if isinstance(ahead, int) and not isinstance(ahead, bool) \
+                and ahead > 0 else 0
         self.visit(s.body)
+        self.prefetch = saved
         self.loops.pop()
 
     def _extent(self, s: For) -> int:
@@ -424,7 +438,7 @@ class _Walker:
         accumulate = self.groups[groups[s.buffer]][1] > 0
         pinned, guards = self._guards(position)
         self.stores.append((tuple(self.loops), pinned, guards, counts, accumulate,
-                            self.kernel, self.ctr_depth > 0, self.intrin_tile))
+                            self.kernel, self.ctr_depth > 0, self.intrin_tile, self.prefetch))
 
     # -- guards -------------------------------------------------------------------------------
     def _guards(self, position: dict) -> tuple[set, list]:
@@ -729,7 +743,8 @@ def analyze(func: PrimFunc, target: Target | str | None = None) -> ProgramAnalys
         kernel_shared=kernel_shared, kernel_local=kernel_local,
         is_gpu=np.array([is_gpu]),
         gpu_limits=np.array([GpuLimits.from_target(target).as_row()], dtype=np.float64),
-        tensor_tile=np.array([st[7] for st in w.stores], dtype=np.float64))
+        tensor_tile=np.array([st[7] for st in w.stores], dtype=np.float64),
+        prefetch=np.array([st[8] for st in w.stores], dtype=np.float64))
 
 
 def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
@@ -802,7 +817,8 @@ def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
         kernel_local=cat([a.kernel_local for a in analyses]),
         is_gpu=cat([a.is_gpu for a in analyses]),
         gpu_limits=cat([a.gpu_limits for a in analyses]),
-        tensor_tile=cat([a.tensor_tile for a in analyses]))
+        tensor_tile=cat([a.tensor_tile for a in analyses]),
+        prefetch=cat([a.prefetch for a in analyses]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -893,6 +909,7 @@ def store_features(analysis: ProgramAnalysis) -> tuple[np.ndarray, np.ndarray]:
     rows[:, L["tensor_intrin_tile"]] = an.tensor_tile
     rows[:, L["tensor_intrin_calls"]] = np.where(
         tiled, executions / np.maximum(an.tensor_tile, 1.0), 0.0)
+    rows[:, L["prefetch_bytes"]] = an.prefetch
 
     # 3. Buffers.  Footprints when loops l..N-1 vary, per access, for every level l: the
     #    touched range of a dimension is 1 + sum_j |slope[d, j]| * (extent_j - 1), and its

@@ -247,3 +247,35 @@ def test_feature_speed_benchmark_prints_json():
     assert {r["workload"] for r in doc["results"]} == {
         "matmul_1024_tiled", "conv2d_56x56", "conv2d_56x56_tiled"}
     assert all(r["ms_per_candidate"] > 0 for r in doc["results"])
+
+
+def _prefetched_matmul(outer=None, inner=None) -> PrimFunc:
+    """A 32x64x96 matmul with an 8x32 register tile over k blocks of 24; ``outer`` / ``inner``
+    annotate the k block loop / the loop inside it with a prefetch distance."""
+    sch = Schedule(ops.matmul(32, 64, 96))
+    block = sch.get_block("C")
+    i, j, k = sch.get_loops(block)
+    i_outer, i_inner = sch.split(i, [None, 8])
+    j_outer, j_inner = sch.split(j, [None, 32])
+    k_outer, k_inner = sch.split(k, [None, 24])
+    sch.reorder(i_outer, j_outer, k_outer, k_inner, i_inner, j_inner)
+    sch.vectorize(j_inner)
+    for loop, ahead in ((k_outer, outer), (k_inner, inner)):
+        if ahead is not None:
+            sch.annotate(loop, "pragma_prefetch_bytes", ahead)
+    return sch.func
+
+
+def test_prefetch_distance_is_a_feature_of_the_stores_under_it():
+    assert F.FEATURE_VERSION == 4 and F.LOOP_FEATURES[-1] == "prefetch_bytes"
+    funcs = [_prefetched_matmul(), _prefetched_matmul(inner=1024), _prefetched_matmul(2048),
+             _prefetched_matmul(2048, 0), _prefetched_matmul(512, 1024)]
+    # The update store sits under both k loops; the nearest annotation wins, 0 switches off.
+    got = [max(r["prefetch_bytes"] for r in raw_rows(f)) for f in funcs]
+    assert got == [0, 1024, 2048, 0, 1024]
+    rows = extract(funcs)
+    assert value(rows[1], "max.prefetch_bytes") == log2p(1024)
+    # Nothing else tells the programs apart: the loops and accesses are the same.
+    differ = {F.FEATURE_NAMES[c] for c in np.flatnonzero((rows != rows[0]).any(axis=0))}
+    assert differ and all(n.endswith("prefetch_bytes") or n.endswith("annotated_loops")
+                          for n in differ), differ
