@@ -28,6 +28,13 @@ register tile (S3) alone, so that its FMAs do not round-trip through memory.  Sk
 alternatives (one schedule each): the write-back level, and packed / not packed.  The block is
 annotated ``meta_schedule.tiling_structure`` so later rules leave it alone.
 
+A packed sketch on a CPU also samples how far ahead its register tile prefetches the panel it
+streams (``sample_categorical`` over ``prefetch_bytes``, 0 for none, mutated by search): the
+first loop of the innermost reduction level is annotated ``pragma_prefetch_bytes`` (see the
+LLVM codegen).  It pays where the panel comes from L3 (8x32 tiles on the BERT layer's FFN2
+ran 5-18% faster 1-2 KiB ahead) and costs where a tile reuses each panel slice from L1 over
+many rows, so it is the search's choice, not a default.
+
 When the target offers tensor intrinsics (``Target.intrinsics``) and the block matches one
 (see rules/auto_tensorize.py: after packing an operand if its tile is not laid out as the
 intrinsic needs), the sketches keep the intrinsic's tile innermost and tensorize it instead:
@@ -56,6 +63,12 @@ TILING_KEY = "meta_schedule.tiling_structure"
 # Reductions of at most this many iterations per output (pooling and depthwise windows) get
 # their accumulator tile bounded by the vector register file.
 SHORT_REDUCTION = 32
+# Panel prefetch distances a packed sketch samples from (bytes ahead; 0: none).  1-2 KiB is
+# 8-16 reduction steps of a 32-float panel, what measured best on the BERT layer's matmuls.
+PREFETCH_BYTES = (0, 512, 1024, 2048)
+# The loop annotation the LLVM codegen prefetches by (tensor_ir.codegen.llvm.PREFETCH_KEY;
+# spelled out like postproc's unroll pragma, so that schedules need no code generator).
+PREFETCH_KEY = "pragma_prefetch_bytes"
 # Bound of the innermost sampled factor around a tensorized tile: that level counts whole
 # intrinsic calls (16 int32 lanes each for VNNI), whose accumulators should stay in registers.
 TENSORIZED_INNERMOST_FACTOR = 8
@@ -66,12 +79,14 @@ class MultiLevelTiling(ScheduleRule):
     (bound of the innermost sampled factor), ``write_levels`` (write-back levels to offer,
     1-based: after the first / second S group), ``pack`` (offer packed sketches),
     ``intrinsics`` (tensor intrinsic names to tensorize with; None: the target's, empty:
-    never tensorize)."""
+    never tensorize), ``prefetch_bytes`` (the panel prefetch distances a packed sketch samples
+    from on a CPU, 0 for none; empty: never prefetch)."""
 
     name = "multi_level_tiling"
 
     def __init__(self, structure: str = "SSRSRS", max_innermost_factor: int = 64,
-                 write_levels=(1, 2), pack: bool = True, intrinsics=None):
+                 write_levels=(1, 2), pack: bool = True, intrinsics=None,
+                 prefetch_bytes=PREFETCH_BYTES):
         structure = structure.upper()
         if not structure or set(structure) - {"S", "R"} or "S" not in structure:
             raise ScheduleError(f"MultiLevelTiling: structure {structure!r} must be letters S "
@@ -85,6 +100,12 @@ class MultiLevelTiling(ScheduleRule):
         self.register_elements = 32 * 16
         self.intrinsic_names = None if intrinsics is None else tuple(intrinsics)
         self.intrinsics: tuple = ()
+        distances = tuple(prefetch_bytes)
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in distances):
+            raise ScheduleError(f"MultiLevelTiling: prefetch_bytes {prefetch_bytes!r} must be "
+                                f"whole numbers of bytes, 0 for none")
+        self.prefetch_options = distances if len(set(distances)) > 1 or any(distances) else ()
+        self.prefetch_bytes: tuple = ()
 
     def initialize(self, target: Target) -> None:
         self.lanes = max(1, target.vector_lanes("float32"))
@@ -97,6 +118,8 @@ class MultiLevelTiling(ScheduleRule):
             self.register_elements = registers * self.lanes
         else:
             self.register_elements = None
+        # The annotation is the LLVM codegen's: other targets never see it.
+        self.prefetch_bytes = self.prefetch_options if target.is_cpu else ()
 
     # -- applicability ---------------------------------------------------------------------
     def applicable(self, sch: Schedule, block: str):
@@ -270,7 +293,7 @@ class MultiLevelTiling(ScheduleRule):
             tiles = sample(loop, n, acc_levels if kind == SPATIAL and n >= 2 else None)
             parts[k] = sch.split(loop, tiles) if n > 1 else [loop]
         # Interleave: the k-th S letter takes level k of every spatial loop, likewise for R.
-        order, s_seen, r_seen, s_groups = [], 0, 0, []
+        order, s_seen, r_seen, s_groups, r_groups = [], 0, 0, [], []
         for letter in self.structure:
             if letter == "S":
                 group = [parts[k][s_seen] for k in range(len(kinds)) if kinds[k] == SPATIAL]
@@ -281,6 +304,7 @@ class MultiLevelTiling(ScheduleRule):
                 s_seen += 1
             else:
                 group = [parts[k][r_seen] for k in range(len(kinds)) if kinds[k] == REDUCE]
+                r_groups.append(group)
                 r_seen += 1
             order.extend(group)
         sch.reorder(*order)
@@ -292,6 +316,12 @@ class MultiLevelTiling(ScheduleRule):
             self._write(sch, b, block, s_groups[level - 1][-1])
         if plan is not None:
             sch.pack_layout(b, plan.buffer, plan.index_map())
+            if self.prefetch_bytes and r_groups and r_groups[-1]:
+                # The register tile streams the packed panel along the innermost reduction
+                # level; every panel load under that level's first loop walks along it.
+                n = len(self.prefetch_bytes)
+                ahead = sch.sample_categorical(list(self.prefetch_bytes), [1.0 / n] * n)
+                sch.annotate(r_groups[-1][0], PREFETCH_KEY, ahead)
 
     def _write(self, sch: Schedule, b, block: str, at) -> None:
         """Fuse the single elementwise consumer at loop ``at``; otherwise accumulate in a

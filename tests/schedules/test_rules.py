@@ -1,6 +1,8 @@
 """Design-space rules and post-processors, one at a time, on small workloads."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,9 @@ from schedules.postproc import (
 )
 from schedules.rules import create, default_rules
 from schedules.rules.auto_inline import AutoInline
-from schedules.rules.multi_level_tiling import TILING_KEY, MultiLevelTiling
+from schedules.rules.multi_level_tiling import (
+    PREFETCH_BYTES, PREFETCH_KEY, TILING_KEY, MultiLevelTiling,
+)
 from schedules.rules.packing import plan_packing
 from schedules.rules.parallel_vectorize_unroll import (
     PARALLEL_KEY, UNROLL_KEY, VECTORIZE_KEY, ParallelVectorizeUnroll,
@@ -119,6 +123,57 @@ def test_multi_level_tiling_ssrsrs_order_and_sketches():
         check_interp(sch.func, ref)
     packed = [s for s in out if any(i.kind == "pack_layout" for i in s.trace)]
     assert len(packed) == 2
+
+
+def _prefetch_samples(trace, candidates=PREFETCH_BYTES) -> list[int]:
+    return [k for k, inst in enumerate(trace) if inst.kind == "sample_categorical"
+            and list(dict(inst.attrs)["candidates"]) == list(candidates)]
+
+
+def test_multi_level_tiling_samples_the_panel_prefetch_of_packed_sketches():
+    from tensor_ir.codegen.llvm import PREFETCH_KEY as CODEGEN_KEY
+    assert PREFETCH_KEY == CODEGEN_KEY
+    func, ref = matmul(64, 96, 64)
+    space = DesignSpace(func, TARGET)
+    packed = [k for k, sk in enumerate(space.sketches)
+              if any(i.kind == "pack_layout" for i in sk)]
+    assert packed and len(packed) < len(space.sketches)
+    for k, sketch in enumerate(space.sketches):
+        assert len(_prefetch_samples(sketch)) == (k in packed)
+    a, b = random_inputs(func, 3)
+    for k in packed:
+        cand = space.sample(seed=k, sketch=k)
+        (index,) = _prefetch_samples(cand.trace)
+        for decision, distance in enumerate(PREFETCH_BYTES):
+            got = space.replay(cand.trace.with_decision(index, decision))
+            # The annotation sits on the innermost reduction level's loop, R1 of SSRSRS.
+            marked = [lp for lp in _loops(got.func, "C") if PREFETCH_KEY in dict(lp.annotations)]
+            assert [lp.annotation(PREFETCH_KEY) for lp in marked] == [distance]
+            reduce_loops = [lp for lp in _loops(got.func, "C") if lp.loop_var.name[0] == "k"]
+            assert marked[0] is reduce_loops[-1]
+            kernel = autotune.build(got.func, TARGET)
+            out = np.full((64, 96), np.nan, np.float32)
+            kernel(a, b, out)
+            np.testing.assert_allclose(out, ref(a, b), rtol=1e-4, atol=1e-4)
+            calls = len(re.findall(r'call void @"?llvm\.prefetch', kernel.get_source("ll-raw")))
+            assert (calls > 0) == (distance > 0), (distance, calls)
+
+
+def test_multi_level_tiling_prefetch_options():
+    func, _ = matmul(64, 64, 32)
+    for rule, target in ((MultiLevelTiling(prefetch_bytes=()), TARGET),
+                         (MultiLevelTiling(prefetch_bytes=(0,)), TARGET),
+                         (MultiLevelTiling(), Target("opencl"))):
+        rule.initialize(target)
+        for sch in rule.apply(Schedule(func, seed=0), "C"):
+            assert not _prefetch_samples(sch.trace)
+    rule = _init(MultiLevelTiling(prefetch_bytes=(0, 4096)))
+    sketches = rule.apply(Schedule(func, seed=0), "C")
+    assert not any(_prefetch_samples(sch.trace) for sch in sketches)
+    assert sum(len(_prefetch_samples(sch.trace, (0, 4096))) for sch in sketches) == 2
+    for bad in ((-512,), (1.5,), (True,), ("1024",)):
+        with pytest.raises(ScheduleError, match="prefetch_bytes"):
+            MultiLevelTiling(prefetch_bytes=bad)
 
 
 def test_multi_level_tiling_fuses_an_elementwise_consumer():

@@ -224,12 +224,17 @@ def _hand_structure_decisions(sketch: Trace, m: int, n: int, k: int):
     # The loops are told apart by their number of levels (sampled innermost loop first).
     tiles = {inst.attrs["n"]: i for i, inst in enumerate(sketch)
              if inst.kind == "sample_perfect_tile"}
-    cats = [i for i, inst in enumerate(sketch) if inst.kind == "sample_categorical"]
+    # The categorical samples are told apart by the annotation each feeds.
+    feeds = {inst.inputs[1]: inst.attrs["key"] for inst in sketch
+             if inst.kind == "annotate" and len(inst.inputs) > 1}
+    cats = {feeds[inst.outputs[0]]: i for i, inst in enumerate(sketch)
+            if inst.kind == "sample_categorical"}
     decisions[tiles[4]] = [m // 8, 1, 1, 8]        # i
     decisions[tiles[3]] = [n // 32, 1, 1]          # j // 32 (the lanes split off: 32)
     decisions[tiles[2]] = [k, 1]                   # k
-    decisions[cats[0]] = 3                         # parallel extent 16 * cores = 32
-    decisions[cats[1]] = 3                         # unroll step 512
+    decisions[cats["meta_schedule.parallel"]] = 3  # parallel extent 16 * cores = 32
+    decisions[cats["meta_schedule.unroll_explicit"]] = 3  # unroll step 512
+    decisions[cats["pragma_prefetch_bytes"]] = 0   # no software prefetch
     trace = sketch
     for index, decision in decisions.items():
         trace = trace.with_decision(index, decision)
