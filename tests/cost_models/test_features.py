@@ -15,6 +15,8 @@ from tensor_ir import ops
 from tensor_ir.func import PrimFunc
 from tensor_ir.lower import lower
 
+from ..tensor_ir.test_codegen_prefetch import tiled_matmul
+
 
 def value(vec: np.ndarray, name: str) -> float:
     return float(vec[F.FEATURE_NAMES.index(name)])
@@ -250,16 +252,10 @@ def test_feature_speed_benchmark_prints_json():
 
 
 def _prefetched_matmul(outer=None, inner=None) -> PrimFunc:
-    """A 32x64x96 matmul with an 8x32 register tile over k blocks of 24; ``outer`` / ``inner``
-    annotate the k block loop / the loop inside it with a prefetch distance."""
-    sch = Schedule(ops.matmul(32, 64, 96))
-    block = sch.get_block("C")
-    i, j, k = sch.get_loops(block)
-    i_outer, i_inner = sch.split(i, [None, 8])
-    j_outer, j_inner = sch.split(j, [None, 32])
-    k_outer, k_inner = sch.split(k, [None, 24])
-    sch.reorder(i_outer, j_outer, k_outer, k_inner, i_inner, j_inner)
-    sch.vectorize(j_inner)
+    """The prefetch codegen test's 8x32-tiled matmul; ``outer`` / ``inner`` annotate its k
+    block loop / the loop inside it with a prefetch distance."""
+    sch = Schedule(tiled_matmul())
+    k_outer, k_inner = sch.get_loops(sch.get_block("C"))[2:4]
     for loop, ahead in ((k_outer, outer), (k_inner, inner)):
         if ahead is not None:
             sch.annotate(loop, "pragma_prefetch_bytes", ahead)
