@@ -13,7 +13,8 @@ Timing protocol (in the worker, per candidate):
    repeat run in a loop compiled to native code (one ctypes call per repeat), so Python's
    call overhead does not pollute short kernels.
 3. A candidate already ``slow_factor`` times slower than its workload's best stops after one
-   repeat (the warm-up counts as that repeat when it alone is long enough), and repeats that
+   repeat (when the warm-up alone is long enough, one more call confirms it and is that
+   repeat; a warm-up stalled by the host does not write a good candidate off), and repeats that
    would overrun the time-out are dropped while one is kept.
 4. Check: the first candidate of a workload, every candidate that would become its new best,
    or every candidate under ``check="all"``, is compared with the reference outputs.  A
@@ -593,11 +594,22 @@ def timed_repeats(timed, warm: float, request: dict, deadline: float, before_rep
     best = request["best"]
     slow_limit = best * request["slow_factor"] if best is not None else math.inf
     min_repeat = request["min_repeat_ms"] / 1000.0
+    if warm > slow_limit and warm >= min_repeat:
+        # Far slower than the best, going by the warm-up alone.  That call ran cold and a
+        # busy host can stall any single call (a 0.2 ms kernel has been seen taking 8 ms on
+        # a fresh worker), so one timed call confirms it before the candidate is written
+        # off; a candidate that is slow again stops with that call as its one repeat.
+        if time.perf_counter() + warm > deadline:
+            return [warm], 1, True
+        if before_repeat is not None:
+            before_repeat()
+        again = timed(1)
+        if again > slow_limit:
+            return [again], 1, True
+        warm = again  # the warm-up was the outlier: time the candidate as usual
     number = max(request["number"], math.ceil(1.15 * min_repeat / max(warm, 1e-9)))
-    if (warm > slow_limit and warm >= min_repeat) or \
-            time.perf_counter() + warm * number > deadline:
-        # Already far slower than the best, or not one full repeat fits in the time-out:
-        # the warm-up call is the one repeat.
+    if time.perf_counter() + warm * number > deadline:
+        # Not one full repeat fits in the time-out: the warm-up call is the one repeat.
         return [warm], 1, True
     times: list[float] = []
     regrows = 0

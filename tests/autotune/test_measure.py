@@ -18,7 +18,7 @@ from autotune.measure import (
     MeasureResult,
     measure,
 )
-from autotune.measure.runner import compare_outputs, param_spec, workload_inputs
+from autotune.measure.runner import compare_outputs, param_spec, timed_repeats, workload_inputs
 from tensor_ir import te
 from tensor_ir.expr import FloatImm, Var, const
 from tensor_ir.func import PrimFunc
@@ -579,3 +579,37 @@ define void @probe(ptr %count, ptr %src, ptr %dst) {
 def test_measure_input_fresh_inputs_is_a_bool():
     with pytest.raises(TypeError, match="fresh_inputs"):
         MeasureInput(REFERENCE, "llvm", KEY, fresh_inputs=1)
+
+
+def _fake_kernel(per_call: list[float]):
+    """A ``timed(n)`` for timed_repeats whose calls take ``per_call[i]`` seconds in turn (the
+    last value repeats), and the list of the ``n`` it was asked for."""
+    asked: list[int] = []
+
+    def timed(n: int) -> float:
+        asked.append(n)
+        start = sum(asked[:-1])
+        return sum(per_call[min(i, len(per_call) - 1)] for i in range(start, start + n))
+    return timed, asked
+
+
+REQUEST = {"best": 1e-3, "slow_factor": 10.0, "min_repeat_ms": 5.0, "number": 1, "repeat": 3}
+
+
+def test_a_stalled_warm_up_does_not_write_a_good_candidate_off():
+    """A 1 ms kernel whose warm-up the host stalled for 50 ms: the confirming call is fast,
+    so it is timed in full repeats like any other."""
+    timed, asked = _fake_kernel([1e-3])
+    times, number, stopped = timed_repeats(timed, 50e-3, REQUEST, math.inf)
+    assert not stopped and len(times) == 3 and times == pytest.approx([1e-3] * 3)
+    assert asked[0] == 1 and number * 1e-3 >= 5e-3
+
+
+def test_a_slow_warm_up_confirmed_stops_after_that_call():
+    timed, asked = _fake_kernel([40e-3])
+    times, number, stopped = timed_repeats(timed, 50e-3, REQUEST, math.inf)
+    assert stopped and times == [40e-3] and number == 1 and asked == [1]
+    # No time left for the confirming call: the warm-up is the one repeat.
+    timed, asked = _fake_kernel([40e-3])
+    times, _, stopped = timed_repeats(timed, 50e-3, REQUEST, time.perf_counter() + 0.01)
+    assert stopped and times == [50e-3] and asked == []
