@@ -445,9 +445,14 @@ class RayRunner(SequentialRunner):
                 # or restarted), else the rest of the group cannot be measured.
                 idle = self._ensure_actors(resource)
                 if not idle:
-                    why = (f"no node of the Ray cluster offers the resource {resource} "
-                           f"(start one with `ray start ... --resources` as printed by "
-                           f"`python -m autotune.measure.cluster resources` on it)")
+                    if _ray().cluster_resources().get(resource, 0) >= 1:
+                        why = (f"every unit of the resource {resource} stayed taken for "
+                               f"{self.start_timeout:g} s (another tuner measuring on its "
+                               f"nodes?)")
+                    else:
+                        why = (f"no node of the Ray cluster offers the resource {resource} "
+                               f"(start one with `ray start ... --resources` as printed by "
+                               f"`python -m autotune.measure.cluster resources` on it)")
                     if self.lost_nodes:
                         why = f"every node measuring {resource} was lost; {why}"
                     for i in pending:
@@ -548,6 +553,15 @@ class RayRunner(SequentialRunner):
         with self._lock:
             live = self._actors.setdefault(resource, [])
         free = int(ray.available_resources().get(resource, 0))
+        if free < 1 and not live and ray.cluster_resources().get(resource, 0) >= 1:
+            # The cluster has the resource but every unit is taken: by the actors of a
+            # runner closed just now (Ray frees a killed actor's resources a moment later, so
+            # a runner opened right after another found none and failed its whole batch) or
+            # by another tuner.  Wait for a unit as long as for an actor to start.
+            deadline = time.monotonic() + self.start_timeout
+            while free < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                free = int(ray.available_resources().get(resource, 0))
         if free < 1:
             return list(live)
         if self._actor_class is None:

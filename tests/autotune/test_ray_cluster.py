@@ -134,6 +134,43 @@ def test_no_node_with_the_resource_is_an_error_record_not_a_hang(cluster, builde
     assert time.monotonic() - start < 30
 
 
+@ray.remote
+class _Holder:
+    """Holds one unit of a resource while it lives."""
+
+    def ping(self) -> bool:
+        return True
+
+
+def test_a_resource_held_a_moment_is_waited_for_and_one_held_too_long_is_an_error(
+        cluster, builder):
+    """Every unit of RES_A taken (as by the actor of a runner closed just before: Ray frees
+    it a moment later): a runner waits for it rather than failing its batch; held past the
+    start time-out, the error says the resource is taken, not missing."""
+    c, _ = cluster
+    inputs = inputs_for([REFERENCE])
+    builds = builder.build(inputs)
+    holder = _Holder.options(resources={RES_A: 1}, num_cpus=0).remote()
+    ray.get(holder.ping.remote())
+    release = threading.Timer(1.5, lambda: ray.kill(holder, no_restart=True))
+    release.start()
+    try:
+        with RayRunner(FAST, address=c.address, resource=RES_A, start_timeout=30) as runner:
+            (result,) = runner.run(inputs, builds)
+    finally:
+        release.join()
+    assert result.error_kind is None, result.error_msg
+    holder = _Holder.options(resources={RES_A: 1}, num_cpus=0).remote()
+    ray.get(holder.ping.remote())
+    try:
+        with RayRunner(FAST, address=c.address, resource=RES_A, start_timeout=1) as runner:
+            (result,) = runner.run(inputs, builds)
+    finally:
+        ray.kill(holder, no_restart=True)
+    assert result.error_kind == "runtime"
+    assert "stayed taken for 1 s" in result.error_msg and RES_A in result.error_msg
+
+
 def test_build_errors_and_time_outs_are_build_results(cluster):
     c, _ = cluster
     with RayBuilder(address=c.address, timeout=60) as b:
