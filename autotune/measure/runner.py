@@ -596,9 +596,9 @@ def timed_repeats(timed, warm: float, request: dict, deadline: float, before_rep
     min_repeat = request["min_repeat_ms"] / 1000.0
     if warm > slow_limit and warm >= min_repeat:
         # Far slower than the best, going by the warm-up alone.  That call ran cold and a
-        # busy host can stall any single call (a 0.2 ms kernel has been seen taking 8 ms on
-        # a fresh worker), so one timed call confirms it before the candidate is written
-        # off; a candidate that is slow again stops with that call as its one repeat.
+        # busy host can stall any single call (a 64x64 matmul's warm-up on a freshly
+        # restarted worker has taken 7.9 ms), so one timed call confirms it before the
+        # candidate is written off; one slow again stops with that call as its one repeat.
         if time.perf_counter() + warm > deadline:
             return [warm], 1, True
         if before_repeat is not None:
