@@ -25,6 +25,8 @@ import math
 
 from llvmlite import ir
 
+from .types import FAST_MATH
+
 __all__ = ["FAST_FLOAT32", "emit"]
 
 F32 = ir.FloatType()
@@ -65,6 +67,19 @@ class _Emitter:
         c = ir.Constant(I32, int(value))
         return self.gen.broadcast(c, self.lanes) if self.lanes else c
 
+    # Float arithmetic carries ``contract``, as the rest of the generated code does: each
+    # Horner step ``acc * z + c`` becomes one FMA where the target has them.  Unfused, GELU's
+    # erf ran as 120 multiplies and 88 adds per 64 lanes, a serial chain of twice the latency;
+    # 128x3072 took 0.21 ms on two threads, as long as onnxruntime's whole Gelu node.
+    def fadd(self, a, b):
+        return self.b.fadd(a, b, flags=FAST_MATH)
+
+    def fsub(self, a, b):
+        return self.b.fsub(a, b, flags=FAST_MATH)
+
+    def fmul(self, a, b):
+        return self.b.fmul(a, b, flags=FAST_MATH)
+
     def call(self, base: str, args: list) -> ir.Value:
         return self.gen.call_intrinsic(base, args)
 
@@ -72,7 +87,7 @@ class _Emitter:
         """Horner: ((c0 z + c1) z + c2) ... (highest degree first)."""
         acc = self.f(coeffs[0])
         for c in coeffs[1:]:
-            acc = self.b.fadd(self.b.fmul(acc, z), self.f(c))
+            acc = self.fadd(self.fmul(acc, z), self.f(c))
         return acc
 
     def pow2(self, n: ir.Value) -> ir.Value:
@@ -88,36 +103,37 @@ class _Emitter:
         b = self.b
         xc = self.call("llvm.minnum", [self.call("llvm.maxnum", [x, self.f(_EXP_MIN)]),
                                        self.f(_EXP_MAX)])
-        nf = self.call("llvm.floor", [b.fadd(b.fmul(xc, self.f(1.0 / math.log(2.0))),
-                                             self.f(0.5))])
-        r = b.fsub(b.fsub(xc, b.fmul(nf, self.f(_LN2_HI))), b.fmul(nf, self.f(_LN2_LO)))
-        rr = b.fmul(r, r)
-        p = b.fadd(b.fadd(b.fmul(self.poly(r, _EXP_POLY), rr), r), self.f(1.0))
+        nf = self.call("llvm.floor", [self.fadd(self.fmul(xc, self.f(1.0 / math.log(2.0))),
+                                                self.f(0.5))])
+        r = self.fsub(self.fsub(xc, self.fmul(nf, self.f(_LN2_HI))),
+                      self.fmul(nf, self.f(_LN2_LO)))
+        rr = self.fmul(r, r)
+        p = self.fadd(self.fadd(self.fmul(self.poly(r, _EXP_POLY), rr), r), self.f(1.0))
         n = b.fptosi(nf, self.ity)
         half = b.ashr(n, self.i(1))             # floor(n / 2), in [-75, 64]
-        out = b.fmul(b.fmul(p, self.pow2(half)), self.pow2(b.sub(n, half)))
+        out = self.fmul(self.fmul(p, self.pow2(half)), self.pow2(b.sub(n, half)))
         out = self.select(b.fcmp_ordered(">", x, self.f(_EXP_MAX)), self.f(math.inf), out)
         return self.select(b.fcmp_unordered("uno", x, x), x, out)
 
     def tanh(self, x: ir.Value) -> ir.Value:
         b = self.b
         ax = self.call("llvm.fabs", [x])
-        z = b.fmul(x, x)
-        small = b.fadd(b.fmul(b.fmul(self.poly(z, _TANH_POLY), z), x), x)
+        z = self.fmul(x, x)
+        small = self.fadd(self.fmul(self.fmul(self.poly(z, _TANH_POLY), z), x), x)
         small = self.call("llvm.copysign", [small, x])  # -0.0 + 0.0 would give +0.0
-        e = self.exp(b.fmul(ax, self.f(2.0)))
-        big = b.fsub(self.f(1.0), b.fdiv(self.f(2.0), b.fadd(e, self.f(1.0))))
+        e = self.exp(self.fmul(ax, self.f(2.0)))
+        big = self.fsub(self.f(1.0), b.fdiv(self.f(2.0), self.fadd(e, self.f(1.0))))
         big = self.call("llvm.copysign", [big, x])
         return self.select(b.fcmp_ordered("<", ax, self.f(0.625)), small, big)
 
     def erf(self, x: ir.Value) -> ir.Value:
         b = self.b
         ax = self.call("llvm.fabs", [x])
-        z = b.fmul(x, x)
-        small = b.fmul(self.poly(z, _ERF_TAYLOR[::-1]), x)
-        t = b.fdiv(self.f(1.0), b.fadd(self.f(1.0), b.fmul(ax, self.f(_ERF_P))))
-        tail = b.fmul(b.fmul(self.poly(t, _ERF_AS[::-1]), t), self.exp(b.fneg(z)))
-        big = self.call("llvm.copysign", [b.fsub(self.f(1.0), tail), x])
+        z = self.fmul(x, x)
+        small = self.fmul(self.poly(z, _ERF_TAYLOR[::-1]), x)
+        t = b.fdiv(self.f(1.0), self.fadd(self.f(1.0), self.fmul(ax, self.f(_ERF_P))))
+        tail = self.fmul(self.fmul(self.poly(t, _ERF_AS[::-1]), t), self.exp(b.fneg(z)))
+        big = self.call("llvm.copysign", [self.fsub(self.f(1.0), tail), x])
         return self.select(b.fcmp_ordered("<", ax, self.f(0.5)), small, big)
 
 
