@@ -93,3 +93,18 @@ def test_polynomial_steps_are_fused_multiply_adds_where_the_target_has_them():
     assert asm.count("vfmadd") + asm.count("vfnmadd") + asm.count("vfmsub") >= 15
     asm = _kernel("erf", 64, True, "llvm -mcpu=x86-64").get_source("asm")
     assert "fmaf" not in asm  # no FMA on plain x86-64: separate operations, no libm calls
+
+
+def test_exp_flushes_what_would_be_subnormal_and_erf_saturates_at_four():
+    # Computing a subnormal float costs a microcode assist per lane: exp over masked attention
+    # scores (-1e4) and GELU's e^(-x^2) on pre-activations of standard deviation 9 ran 7-9x
+    # slower than on small inputs.  So exp is 0 below ln(FLT_MIN), and erf's tail is taken at
+    # |x| <= 4, from where erf is +-1 in float32.
+    x = np.array([-87.34, -87.5, -95.0, -103.9, -1e4, -np.inf, -87.33, -80.0] * 2, np.float32)
+    out = np.empty_like(x)
+    _kernel("exp", x.size, True)(x, out)
+    assert np.all(out[:6] == 0.0) and np.all(out[8:14] == 0.0)
+    assert np.all(out[[6, 7]] >= np.finfo(np.float32).tiny)  # still normal above the cut
+    x = np.array([4.0, 4.5, 9.5, 100.0, np.inf, -4.0, -100.0, -np.inf] * 2, np.float32)
+    _kernel("erf", x.size, True)(x, out)
+    np.testing.assert_array_equal(out, np.sign(x))
