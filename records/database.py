@@ -19,7 +19,7 @@ SQLite file of another application, or one with a newer schema raises DatabaseEr
 file and leaves it untouched.  An older schema is migrated in place, in one transaction.  No
 value read from the file is ever executed: traces, workloads, settings are JSON text.
 
-Schema (version 3)
+Schema (version 4)
 ------------------
 meta(key PRIMARY KEY, value)
     application = "autotune.records", schema_version, created_by (library version).
@@ -43,10 +43,14 @@ remeasurements(id PRIMARY KEY, record_id -> records, run_times, median, spread, 
 claims(workload_key, target, trace_hash, owner, expires), primary key on the first three
     candidates a tuning process is measuring right now (see ``claim``): another process
     tuning the same workload into the file skips them.
+choices(workload_key, target, context, record_id -> records, timestamp, details), primary
+    key on the first three: the record a model build takes for a workload in ``context`` (a
+    model's name) rather than the best by score, because it ran fastest inside that model
+    (see ``choose`` and autotune.model_rerank); details: the in-model times as JSON.
 
 Schema history: 1 had meta, workloads and records without fingerprints, score and
 re-measurements; 2 added them (records of a version-1 file have no fingerprint: their target
-string alone decides where they apply); 3 added claims.
+string alone decides where they apply); 3 added claims; 4 added choices.
 
 Target matching
 ---------------
@@ -85,7 +89,7 @@ from .workload import WORKLOAD_FORMAT_VERSION, Workload
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "Database", "RecordsWarning"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION = "autotune.records"
 APPLICATION_ID = 0x41545244  # "ATRD" in the SQLite header
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -128,6 +132,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE claims (workload_key TEXT NOT NULL, target TEXT NOT NULL, "
         "trace_hash TEXT NOT NULL, owner TEXT NOT NULL, expires REAL NOT NULL, "
         "PRIMARY KEY (workload_key, target, trace_hash))",
+    ),
+    4: (
+        "CREATE TABLE choices (workload_key TEXT NOT NULL, target TEXT NOT NULL, "
+        "context TEXT NOT NULL, record_id INTEGER NOT NULL REFERENCES records(id), "
+        "timestamp REAL NOT NULL, details TEXT NOT NULL, "
+        "PRIMARY KEY (workload_key, target, context))",
     ),
 }
 assert max(_MIGRATIONS) == SCHEMA_VERSION
@@ -630,6 +640,44 @@ class Database:
              check_fingerprint: bool = True) -> TuningRecord | None:
         """The fastest matching record, or None."""
         found = self.best_k(workload, target, 1, compatible_targets, check_fingerprint)
+        return found[0] if found else None
+
+    def choose(self, workload, target, record_id: int, context: str,
+               details=None) -> None:
+        """Record that builds in ``context`` (a model's name) take record ``record_id`` for
+        ``workload`` on ``target``, whatever the scores say (``chosen`` returns it); it
+        replaces an earlier choice there.  ``details``: JSON-able evidence (in-model times).
+        The record must be a successful one of that workload and target."""
+        key = workload_key(workload)
+        primary = canonical_target(target)
+        if not isinstance(context, str) or not context:
+            raise ValueError(f"choose: context must be a non-empty string, got {context!r}")
+        text = canonical_json(json_dict(details or {}, "details"))
+        with self._write(f"storing the choice of record {record_id}") as conn:
+            row = conn.execute("SELECT workload_key, target, error_kind FROM records "
+                               "WHERE id = ?", (record_id,)).fetchone()
+            if row is None or row[0] != key or row[1] != primary or row[2] is not None:
+                raise DatabaseError(
+                    f"database {self.path}: record {record_id} is not a successful record of "
+                    f"workload {key[:12]} on {primary}; it cannot be chosen for it")
+            conn.execute("INSERT OR REPLACE INTO choices(workload_key, target, context, "
+                         "record_id, timestamp, details) VALUES (?, ?, ?, ?, ?, ?)",
+                         (key, primary, context, record_id, time.time(), text))
+
+    def chosen(self, workload, target, context: str,
+               check_fingerprint: bool = True) -> TuningRecord | None:
+        """The record chosen for ``workload`` on ``target`` in ``context`` (see ``choose``),
+        or None: none was chosen, or it was measured on other hardware than this machine's
+        resolution of the target (unless ``check_fingerprint=False``)."""
+        key = workload_key(workload)
+        cond, params, _ = self._target_filter(target, (), check_fingerprint)
+        with self._read("querying the chosen record") as conn:
+            rows = conn.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM choices c JOIN records r ON r.id = c.record_id "
+                f"WHERE c.workload_key = ? AND c.context = ? AND c.target = r.target AND "
+                f"r.workload_key = c.workload_key AND {cond} AND r.error_kind IS NULL",
+                [key, context, *params])
+            found = self._readable(conn, rows, 1)
         return found[0] if found else None
 
     def _warn_foreign(self, key: str, target: str) -> None:

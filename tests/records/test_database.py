@@ -506,3 +506,46 @@ def test_empty_file_becomes_a_database(tmp_path):
     path.write_bytes(b"")
     with Database(path) as db:
         assert db.schema_version == SCHEMA_VERSION and db.count() == 0
+
+
+def test_a_choice_in_a_context_overrides_the_score_there_only(db, workload):
+    key = db.commit_workload(workload)
+    db.commit_records(make_records(key, HOST, 4, errors=1))
+    ranked = db.best_k(key, HOST, k=4)
+    assert db.chosen(key, HOST, "bert") is None
+    db.choose(key, HOST, ranked[2].record_id, "bert", details={"in_model_ms": {"1": 2.0}})
+    assert db.chosen(key, HOST, "bert").record_id == ranked[2].record_id
+    assert db.best(key, HOST).record_id == ranked[0].record_id   # the score is untouched
+    assert db.chosen(key, HOST, "resnet18") is None               # another model's build
+    assert db.chosen(key, OTHER_CPU, "bert") is None              # another target
+    db.choose(key, HOST, ranked[3].record_id, "bert")             # a later choice replaces it
+    assert db.chosen(key, HOST, "bert").record_id == ranked[3].record_id
+    crashed = [r for r in db.records(key) if r.error_kind is not None][0]
+    with pytest.raises(DatabaseError, match="cannot be chosen"):
+        db.choose(key, HOST, crashed.record_id, "bert")
+    with pytest.raises(DatabaseError, match="cannot be chosen"):
+        db.choose(key, OTHER_CPU, ranked[0].record_id, "bert")
+    with pytest.raises(DatabaseError, match="cannot be chosen"):
+        db.choose(key, HOST, 9999, "bert")
+    with pytest.raises(ValueError, match="context"):
+        db.choose(key, HOST, ranked[0].record_id, "")
+
+
+def test_a_version_3_file_gains_the_choices_table(tmp_path):
+    path = tmp_path / "v3.db"
+    key, _ = filled(path)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE choices")
+    conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.execute("PRAGMA user_version = 3")
+    conn.commit()
+    conn.close()
+    with Database(path, create=False, readonly=True) as ro:   # migrated in memory only
+        assert ro.chosen(key, HOST, "m") is None
+    assert "choices" not in {n for (n,) in sqlite3.connect(path).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    with Database(path, create=False) as rw:
+        assert rw.schema_version == SCHEMA_VERSION == 4
+        best = rw.best(key, HOST)
+        rw.choose(key, HOST, best.record_id, "m")
+        assert rw.chosen(key, HOST, "m").record_id == best.record_id
