@@ -62,8 +62,8 @@ def _build_model(model: Model, target: Target, context: ApplyHistoryBest | None)
     strict = context.strict
     context.strict = False  # collect every missing workload, then raise once naming them all
     try:
-        lib = build_model(model, target, lookup=lambda f: context.lookup(f, target),
-                          warn=False)
+        lib = build_model(model, target,
+                          lookup=lambda f: context.lookup(f, target, model.name), warn=False)
     finally:
         context.strict = strict
     missing = [e for e in context.entries[before:] if not e.served]

@@ -67,15 +67,20 @@ class ApplyHistoryBest:
             self.database.close()
 
     # -- lookup ---------------------------------------------------------------------------------
-    def lookup(self, func: PrimFunc, target: Target) -> PrimFunc | None:
-        """The function scheduled by its best record for ``target``, or None (recorded in the
-        coverage, warned about once; raises in strict mode)."""
+    def lookup(self, func: PrimFunc, target: Target, context: str | None = None
+               ) -> PrimFunc | None:
+        """The function scheduled by its best record for ``target`` -- or, building a model
+        named ``context``, the record chosen for it there (autotune.model_rerank) -- or None
+        (recorded in the coverage, warned about once; raises in strict mode)."""
         workload = Workload(func)
         target_str = str(target)
         # A few candidates: when the best record no longer replays (damaged, or from another
         # release), the next one serves instead of the default schedule.
         best = self.database.best_k(workload.key, target_str, 4,
                                     compatible_targets=self.compatible_targets)
+        chosen = self.database.chosen(workload.key, target_str, context) if context else None
+        if chosen is not None:
+            best = [chosen] + [r for r in best if r.record_id != chosen.record_id]
         reason = "no tuning record for this workload and target"
         for record in best:
             try:

@@ -2,6 +2,7 @@
 
     lib = build_model(model, "llvm")                          # default schedules
     lib = build_model(model, "llvm", database="tuning.db")    # best records where there are
+                                                              # (or those chosen in the model)
     lib = build_model(model, "llvm", lookup=my_lookup)        # lookup(func) -> trace or None
     lib = build_model(model, "opencl", database="tuning.db")  # OpenCL kernels, device buffers
     lib.run({"input": x}); lib.report.coverage; lib.report.fallbacks
@@ -162,8 +163,10 @@ def _apply_record(func: PrimFunc, found, target: Target) -> PrimFunc:
     return replay(found, func, target).func
 
 
-def database_lookup(database, target: Target) -> Lookup:
-    """A lookup over a records database (a ``records.Database``, or a path to open)."""
+def database_lookup(database, target: Target, context: str | None = None) -> Lookup:
+    """A lookup over a records database (a ``records.Database``, or a path to open): the
+    record chosen for a function in ``context`` (a model's name; see autotune.model_rerank)
+    where there is one, else its best by score."""
     if isinstance(database, (str, os.PathLike)):
         database = Database(os.fspath(database), create=False, readonly=True)
     if not isinstance(database, Database):
@@ -171,7 +174,10 @@ def database_lookup(database, target: Target) -> Lookup:
                          f"{type(database).__name__}")
 
     def lookup(func: PrimFunc):
-        record = database.best(func.structural_hash(), str(target))
+        key = func.structural_hash()
+        record = database.chosen(key, str(target), context) if context else None
+        if record is None:
+            record = database.best(key, str(target))
         return None if record is None else record.trace()
     return lookup
 
@@ -219,7 +225,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
     if database is not None:
         if lookup is not None:
             raise BuildError("build_model: pass database= or lookup=, not both")
-        lookup = database_lookup(database, target)
+        lookup = database_lookup(database, target, model.name)
     optimized, groups, funcs = partition(model)
 
     # 1. Schedule and compile every structurally unique function once.

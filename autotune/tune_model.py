@@ -88,6 +88,8 @@ class TuneModelResult:
     report           the ModelReport (``str(result)`` formats it).
     host_waits       candidates whose timing waited for a quiet host, and the seconds
                      waited (a local CPU runner's; see autotune.measure.host).
+    reranked         per heavy task, its records timed inside the model and the one chosen
+                     (autotune.model_rerank.rerank_in_model); empty when not re-ranked.
     """
 
     model: str
@@ -105,6 +107,7 @@ class TuneModelResult:
     report: ModelReport | None = None
     scheduler: SchedulerResult | None = field(default=None, repr=False)
     host_waits: tuple[int, float] = (0, 0.0)
+    reranked: list[dict] = field(default_factory=list)
 
     @property
     def coverage(self) -> float | None:
@@ -251,7 +254,8 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                seed: int = 0, num_workers: int | None = None,
                measure_config: MeasureConfig | None = None, builder=None, runner=None,
                patience: int | None = None, remeasure_top: int = 3, remeasure_rounds: int = 3,
-               warm_start: int = 64, build: bool = True, measure_latency: bool = False,
+               warm_start: int = 64, rerank_top: int = 8, rerank_rounds: int = 15,
+               build: bool = True, measure_latency: bool = False,
                min_coverage: float | None = None, listener: Callable | None = None,
                should_stop: Callable[[], bool] | None = None, log=False,
                input_shapes: dict | None = None, model_options: dict | None = None
@@ -270,7 +274,10 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
     ``listener(event, scheduler, task)`` and ``should_stop()``: see search.TaskScheduler
     (the tune-model display and its Ctrl-C handling use them).  ``log``: True, False, a
     logging.Logger or a callable taking lines (the per-task loops' and the scheduler's).
-    ``input_shapes``/``model_options``: passed to ``load_model``.  ``build``: build the model
+    ``input_shapes``/``model_options``: passed to ``load_model``.  ``rerank_top``: on a CPU
+    target, after the search each heavy task's ``rerank_top`` best records are timed inside
+    the built model (``rerank_rounds`` alternating rounds) and the fastest there becomes the
+    record builds of this model take (autotune.model_rerank; 0: none).  ``build``: build the model
     from the database at the end and report coverage (``measure_latency``: and time it);
     ``min_coverage``: raise CoverageError below this share of FLOPs.
     """
@@ -285,6 +292,9 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         sharing = search.SchedulerConfig(policy=policy, patience=patience)
     except search.SearchError as err:
         raise TuneError(f"tune_model: {err}") from None
+    for name, value in (("rerank_top", rerank_top), ("rerank_rounds", rerank_rounds)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise TuneError(f"tune_model: {name} must be an int >= 0, got {value!r}")
     if min_coverage is not None and not 0 <= min_coverage <= 1:
         raise TuneError(f"tune_model: min_coverage is a share of FLOPs in [0, 1], got "
                         f"{min_coverage!r}")
@@ -371,12 +381,20 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                                  host_waits=(getattr(runner, "host_waits", 0),
                                              getattr(runner, "host_wait_seconds", 0.0)))
 
-        # 5. Build from the records: coverage (and optionally the real latency).
+        # 5. Each heavy task's record chosen by its time inside the model (CPU targets).
+        if rerank_top > 1 and rerank_rounds > 0 and target.kind == "llvm" and \
+                outcome.stopped != "interrupted":
+            from .model_rerank import rerank_in_model
+
+            result.reranked = rerank_in_model(model, target, db, k=rerank_top,
+                                              rounds=rerank_rounds, seed=seed, log=log)
+
+        # 6. Build from the records: coverage (and optionally the real latency).
         if build and outcome.stopped != "interrupted":
             from .model_build import build_model, database_lookup
 
-            lib = build_model(model, target, lookup=database_lookup(db, target), seed=seed,
-                              warn=False)
+            lib = build_model(model, target, lookup=database_lookup(db, target, model.name),
+                              seed=seed, warn=False)
             result.build_report = lib.report
             report.coverage = lib.report.coverage
             if measure_latency:
