@@ -108,6 +108,9 @@ def _tune_parser() -> argparse.ArgumentParser:
                    help="seconds one candidate may run")
     p.add_argument("--remeasure-top", type=int, default=3,
                    help="best candidates per task re-timed at the end (0: none)")
+    p.add_argument("--rerank-top", type=int, default=8,
+                   help="best records of each heavy task timed inside the built model at the "
+                        "end, the fastest there chosen for the model's builds (CPU; 0: none)")
     p.add_argument("--min-coverage", type=float, default=None, metavar="FRACTION",
                    help="strict mode: fail (exit 3) when records cover less than this share "
                         "of the model's FLOPs, e.g. 0.95")
@@ -377,6 +380,8 @@ def _tune(argv) -> int:
                                      ("min_repeat_ms", args.min_repeat_ms),
                                      ("timeout", args.timeout)) if v is not None}
         config = MeasureConfig(**measure)
+        if args.rerank_top < 0:
+            raise ValueError(f"--rerank-top must be 0 (none) or more, got {args.rerank_top}")
         target = autotune.Target(args.target)
         if args.ray is None:  # on a cluster, nodes with the target's hardware measure it
             _check_runnable(args.target, target)
@@ -424,7 +429,8 @@ def _tune(argv) -> int:
                     batch_size=args.batch_size, seed=args.seed, num_workers=args.num_workers,
                     measure_config=config, builder=builder, runner=runner,
                     patience=args.patience,
-                    remeasure_top=args.remeasure_top, measure_latency=args.measure_latency,
+                    remeasure_top=args.remeasure_top, rerank_top=args.rerank_top,
+                    measure_latency=args.measure_latency,
                     min_coverage=args.min_coverage, listener=tally,
                     should_stop=interrupts.requested.is_set, log=progress.line)
             except CoverageError as err:

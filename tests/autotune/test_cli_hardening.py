@@ -229,3 +229,12 @@ def test_the_folder_of_a_killed_tuner_is_removed_by_the_next_builder(tmp_path, m
     LocalBuilder(max_workers=1).close()
     assert not os.path.exists(left)
     assert [p for p in tmp_path.iterdir() if p.name.startswith("autotune-build-")] == []
+
+
+def test_a_negative_rerank_count_is_a_usage_error(tmp_path, capsys):
+    code = cli.main([*TINY, "--db", str(tmp_path / "tuning.db"), "--trials", "1", *FAST,
+                     "--rerank-top", "-1"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE, err
+    assert "--rerank-top must be 0 (none) or more, got -1" in err
+    assert not (tmp_path / "tuning.db").exists()   # refused before anything was written
