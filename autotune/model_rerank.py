@@ -10,7 +10,7 @@ rewritten inputs of the runner (autotune.measure.runner) bring the alone timing 
 close enough to rank candidates within a few percent of each other.  Measured on the BERT
 layer's 2000-trial records (2-vCPU Xeon): among the eight best records of FFN1 and of FFN2 by
 score, the fastest in the model ran 10-12% faster there than the best by score, in each of two
-sets of 15 alternating rounds minutes apart; alone they were within 1% of it.
+sets of 15 alternating rounds minutes apart; by score they were within 2% of it.
 
 So after tuning, ``rerank_in_model`` builds the model once per candidate of each heavy task
 (the ``k`` best records by score, and the record chosen before), every other task on its best
@@ -26,11 +26,12 @@ from __future__ import annotations
 import os
 import statistics
 import time
+
 from records import Database
 from search.loop import make_logger
+from tensor_ir.errors import BuildError
 from tensor_ir.target import Target
 
-from tensor_ir.errors import BuildError
 from .frontends import Model, load_model
 from .model_build import build_model, database_lookup
 
