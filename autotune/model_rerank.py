@@ -71,10 +71,10 @@ def _rerank(model: Model, target: Target, db: Database, k: int, rounds: int,
             min_share: float, seed: int, say) -> list[dict]:
     by_score = database_lookup(db, target)
     base = build_model(model, target, lookup=by_score, seed=seed, warn=False)
-    feed = base._random_inputs()
     # The tasks' shares of the run, from the kernels' times in the model (a task called
-    # twice, like the BERT layer's two layer norms, counts both calls).
-    profile = [ms for _, ms in base.profile(feed, repeat=5)]
+    # twice, like the BERT layer's two layer norms, counts both calls).  Every profile runs
+    # on Executor.profile's own seeded random inputs, the same in every build.
+    profile = [ms for _, ms in base.profile(repeat=5)]
     total = sum(profile) or 1.0
     per_task: dict[str, float] = {}
     for step, ms in zip(base.steps, profile):
@@ -93,7 +93,7 @@ def _rerank(model: Model, target: Target, db: Database, k: int, rounds: int,
         if len(candidates) < 2:
             continue
         started = time.perf_counter()
-        medians = _time_in_model(model, target, by_score, key, candidates, feed, rounds, seed)
+        medians = _time_in_model(model, target, by_score, key, candidates, rounds, seed)
         if not medians:
             continue
         winner = min(medians, key=medians.get)
@@ -112,7 +112,7 @@ def _rerank(model: Model, target: Target, db: Database, k: int, rounds: int,
     return out
 
 
-def _time_in_model(model: Model, target: Target, by_score, key: str, candidates, feed,
+def _time_in_model(model: Model, target: Target, by_score, key: str, candidates,
                    rounds: int, seed: int) -> dict[int, float]:
     """{record id: median ms of the task's kernels per run} over ``rounds`` alternating
     rounds, each candidate in its own build of the model (the other tasks on their best by
@@ -134,9 +134,9 @@ def _time_in_model(model: Model, target: Target, by_score, key: str, candidates,
     steps = [i for i, step in enumerate(libs[0].steps) if step.key == key]
     samples: list[list[float]] = [[] for _ in libs]
     for lib in libs:  # warm-up: pages, packed weights, thread pool
-        lib.profile(feed, repeat=1)
+        lib.profile(repeat=1)
     for _ in range(rounds):
         for lib, into in zip(libs, samples):
-            times = lib.profile(feed, repeat=1)
+            times = lib.profile(repeat=1)
             into.append(sum(times[i][1] for i in steps))
     return {rid: statistics.median(s) for rid, s in zip(ids, samples)}
