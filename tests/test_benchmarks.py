@@ -276,3 +276,17 @@ def test_gemm_ceiling_rejects_a_malformed_shape():
         gemm_ceiling.main(["--rows", "0"])
     with pytest.raises(SystemExit):
         gemm_ceiling.main(["--prefetch", "-64"])
+
+
+def test_fastmath_inputs_checks_every_function_on_every_input_set():
+    from benchmarks import fastmath_inputs
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert fastmath_inputs.main(["--rows", "2", "--cols", "64", "--threads", "1",
+                                     "--rounds", "1"]) == 0
+    doc = json.loads(buf.getvalue())
+    assert {(r["function"], r["inputs"]) for r in doc["results"]} == {
+        (f, i) for f in fastmath_inputs.FUNCTIONS for i in ("std1", "std9", "masked")}
+    for row in doc["results"]:
+        assert row["median_ms"] > 0 and row["max_error"] < 1e-6, row
