@@ -174,10 +174,7 @@ def database_lookup(database, target: Target, context: str | None = None) -> Loo
                          f"{type(database).__name__}")
 
     def lookup(func: PrimFunc):
-        key = func.structural_hash()
-        record = database.chosen(key, str(target), context) if context else None
-        if record is None:
-            record = database.best(key, str(target))
+        record = database.build_record(func.structural_hash(), str(target), context)
         return None if record is None else record.trace()
     return lookup
 

@@ -240,7 +240,7 @@ def kernel_table(lib, database: str, target, repeat: int = 15, alone: dict | Non
         for key, row in rows.items():
             # The record the build took: the model's choice (autotune.model_rerank), else
             # the best by score.
-            best = db.chosen(key, str(target), lib.model.name) or db.best(key, str(target))
+            best = db.build_record(key, str(target), lib.model.name)
             seconds = None if best is None else (best.score if best.score is not None
                                                  else best.median)
             row["task_ms"] = None if seconds is None else seconds * 1e3 * row["calls"]
@@ -279,9 +279,7 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = 5, confi
     tasks, inputs = [], []
     with Database(database) as db:
         for task in model_tasks(model):
-            # The record the build takes (see kernel_table).
-            best = db.chosen(task.key, str(target), model.name) or db.best(task.key,
-                                                                           str(target))
+            best = db.build_record(task.key, str(target), model.name)  # as the build
             if best is None:
                 continue
             tasks.append(task)

@@ -680,6 +680,13 @@ class Database:
             found = self._readable(conn, rows, 1)
         return found[0] if found else None
 
+    def build_record(self, workload, target, context: str | None = None
+                     ) -> TuningRecord | None:
+        """The record a build of ``workload`` on ``target`` takes: the one chosen for it in
+        ``context`` (a model's name; see ``choose``) where there is one, else the best."""
+        found = self.chosen(workload, target, context) if context else None
+        return found if found is not None else self.best(workload, target)
+
     def _warn_foreign(self, key: str, target: str) -> None:
         """Warn (once per target) when records of ``target`` exist that were measured on
         hardware other than this machine's resolution of the target."""
