@@ -64,6 +64,7 @@ from ..visitor import walk
 from . import fastmath
 from .common import const_shape, flat_index, unrolled_steps
 from .parallel import ParallelMixin
+from .prefetch import PrefetchMixin, PrefetchScope, plan_prefetch
 from .tensor_intrin import TensorIntrinMixin
 from .types import (
     FAST_MATH,
@@ -97,7 +98,7 @@ ALLOCA_MAX_BYTES = 64 * 1024
 # statements; beyond it the loop stays a loop (LLVM may still unroll it partially).
 MAX_UNROLL_STEPS = 4096
 # Loop annotation: software prefetch distance in bytes for the contiguous vector loads in the
-# loop (see VectorMixin.prefetch_ahead), 0 for none (a schedule samples it among its
+# loop (see prefetch.py), 0 for none (a schedule samples it among its
 # alternatives); the largest distance accepted.
 PREFETCH_KEY = "pragma_prefetch_bytes"
 MAX_PREFETCH_BYTES = 1 << 16
@@ -178,7 +179,7 @@ def codegen(func: PrimFunc, name: str | None = None,
             gc.enable()
 
 
-class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
+class CodeGenLLVM(VectorMixin, ParallelMixin, PrefetchMixin, TensorIntrinMixin):
     """Emits one PrimFunc.  Expression values are llvmlite values, vectors inside vector mode.
 
     Mode state: ``lanes`` is the vector width while emitting a vectorized loop body, ``lane``
@@ -202,9 +203,9 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
         # (loop variable, scalar first value) of the vectorized loop being emitted.
         self.lane_base: tuple | None = None
         self.auto_unroll: int | None = None
-        # (loop variable, distance in bytes, buffers the loop stores to) of the innermost
-        # enclosing loop annotated with PREFETCH_KEY, or None.
-        self.prefetch: tuple | None = None
+        # The prefetch scope (prefetch.py) of the innermost enclosing loop annotated with
+        # PREFETCH_KEY, or None.
+        self.prefetch: PrefetchScope | None = None
         self._nsw = False
         self._decls: dict = {}
         self._steps: dict = {}
@@ -388,7 +389,8 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
         if distance is not None:
             distance = prefetch_distance(distance, s.loop_var.name)
             # 0 switches prefetching off in the loop, an enclosing annotation's included.
-            self.prefetch = (s.loop_var, distance, stored_buffers(s.body)) if distance else None
+            self.prefetch = (plan_prefetch(s, distance, stored_buffers(s.body))
+                             if distance else None)
         try:
             self._for_kind(s)
         finally:
@@ -400,7 +402,7 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
             return
         if extent == 1:
             with self.bind(s.loop_var, self.expr(cast(s.loop_var.dtype, s.min))):
-                self.stmt(s.body)
+                self.loop_body(s)
             return
         scalar_mode = self.lanes is None and self.lane is None
         if extent is not None and self._should_unroll(s, extent):
@@ -412,7 +414,7 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
         else:
             begin = self.index_value(s.min, s.loop_var.dtype)
             end = self.index_value(binary("+", s.min, s.extent), s.loop_var.dtype)
-            self.emit_loop(s.loop_var, begin, end, lambda: self.stmt(s.body))
+            self.emit_loop(s.loop_var, begin, end, lambda: self.loop_body(s))
 
     def _should_unroll(self, s: For, extent: int) -> bool:
         if s.kind == UNROLLED:
@@ -432,7 +434,14 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, TensorIntrinMixin):
         for k in range(extent):
             value = self.int_op("+", begin, ir.Constant(ty, k), nsw=True)
             with self.bind(s.loop_var, value):
-                self.stmt(s.body)
+                self.loop_body(s)
+
+    def loop_body(self, s: For) -> None:
+        """One iteration of the serial loop ``s`` (its variable bound): the prefetches
+        hoisted to it, if ``s`` is the annotated loop of the scope in force, then its body."""
+        if self.prefetch is not None:
+            self.prefetch_hoisted(s)
+        self.stmt(s.body)
 
     def emit_loop(self, var: Var, begin: ir.Value, end: ir.Value, body) -> None:
         """A counted loop ``for var in [begin, end)`` whose body is emitted by ``body()``."""

@@ -93,7 +93,7 @@ class ParallelMixin:
             arg.name = symbol_name(var.name)
             self.vars[var] = arg
         args[-2].name, args[-1].name = "begin", "end"
-        self.emit_loop(s.loop_var, args[-2], args[-1], lambda: self.stmt(s.body))
+        self.emit_loop(s.loop_var, args[-2], args[-1], lambda: self.loop_body(s))
         self.builder.ret_void()
 
         # 2. The trampoline: unpack, then claim chunks and run the body on each.

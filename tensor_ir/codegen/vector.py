@@ -34,8 +34,8 @@ from .. import dtype as dt
 from ..errors import BuildError
 from ..expr import BinOp, BufferLoad, Cast, FloatImm, IntImm, PrimExpr, Select, Var
 from ..stmt import Allocate, BufferStore, Evaluate, For, IfThenElse, LetStmt, SeqStmt
-from ..visitor import uses_var, walk
-from .types import I8, I32, I64, PTR, VOID, all_ones, memory_type, value_type, zero_of
+from ..visitor import walk
+from .types import I32, PTR, all_ones, memory_type, value_type, zero_of
 
 # Widest vector emitted for one vectorized loop; longer loops run a serial loop over chunks.
 MAX_LANES = 64
@@ -274,7 +274,7 @@ class VectorMixin:
             with self._in_lane(0):
                 ptr = self.element_ptr(buf, flat)
             if self.prefetch is not None:
-                self.prefetch_ahead(buf, e.indices, ptr)
+                self.prefetch_ahead(e, ptr, self.lanes * dt.nbytes(buf.dtype))
             value = bld.load(ptr, typ=ir.VectorType(elem, self.lanes), align=align)
             return self.from_memory(value, buf.dtype)
         # Gather: lane by lane.
@@ -285,31 +285,6 @@ class VectorMixin:
             out = bld.insert_element(out, bld.load(ptr, typ=elem, align=align),
                                      ir.Constant(I32, k))
         return self.from_memory(out, buf.dtype)
-
-    def prefetch_ahead(self, buf, indices, ptr: ir.Value) -> None:
-        """Under a loop annotated with a prefetch distance: ask for the line that distance
-        past ``ptr`` (read, kept in every cache level) when the load walks along that loop
-        (its indices use the loop's variable) through a buffer the loop does not store to.
-        A register-tiled matmul streams its packed weight panel this way; on the BERT layer's
-        FFN2 (128x768x3072, 2 threads) 1-2 KiB ahead ran 8x32 tiles 5-18% faster, most where
-        the panel comes from L3 after another kernel evicted it (benchmarks.gemm_ceiling).
-        A tile that reuses each panel slice from L1 over many rows ran slower with it (3.18
-        -> 3.55 ms), so the distance belongs to the schedule, not to the code generator.  The
-        accumulators, which the loop stores to, are left alone, and a prefetch never faults,
-        so one past the buffer's end is harmless."""
-        var, distance, stored = self.prefetch
-        if buf in stored or not any(uses_var(i, var) for i in indices):
-            return
-
-        def emit():
-            fn = self.declare("llvm.prefetch.p0", VOID, [PTR, I32, I32, I32])
-            ahead = self.builder.gep(ptr, [ir.Constant(I64, distance)], source_etype=I8)
-            return self.builder.call(fn, [ahead, ir.Constant(I32, 0), ir.Constant(I32, 3),
-                                          ir.Constant(I32, 1)])
-
-        # Once per address in scope: the rows of an unrolled register tile load the same
-        # panel vector (LLVM merges those loads, but not calls).
-        self.memoized(("prefetch", id(ptr), distance), emit, (ptr,))
 
     def vector_select(self, e: Select, cond: ir.Value, lazy: bool) -> ir.Value:
         """A select whose condition differs across lanes."""

@@ -17,7 +17,7 @@ from tensor_ir.errors import BuildError
 M, N, K = 16, 64, 96
 
 
-def tiled_matmul(prefetch=None, loop: str = "k_inner"):
+def tiled_matmul(prefetch=None, loop: str = "k_inner", unroll_rows: bool = True):
     """C[16, 64] = A @ B with B packed in 32-column panels, an 8x32 register tile over k
     blocks of 24; ``prefetch`` annotates ``loop`` (k_inner or k_outer)."""
     sch = Schedule(ops.matmul(M, N, K))
@@ -31,7 +31,8 @@ def tiled_matmul(prefetch=None, loop: str = "k_inner"):
     sch.reverse_compute_at(write_back, j_outer)
     sch.pack_layout(block, 1, lambda kk, n: (n // 32, kk, n % 32))
     sch.decompose_reduction(block, k_outer)
-    sch.unroll(i_inner)
+    if unroll_rows:
+        sch.unroll(i_inner)
     sch.vectorize(j_inner)
     if prefetch is not None:
         sch.annotate(k_inner if loop == "k_inner" else k_outer, PREFETCH_KEY, prefetch)
@@ -58,17 +59,34 @@ def test_annotated_loop_prefetches_the_panel_it_streams_and_keeps_the_result():
     assert prefetches(plain) == []
     kernel = run(tiled_matmul(1024))
     calls = prefetches(kernel)
-    # One per panel load (the 32 columns are one vector), none for the accumulators the
+    # One per 64-byte line of the panel load (32 floats: two), none for the accumulators the
     # loop stores to, and none for A's broadcast scalars.
-    assert len(calls) == 1
+    assert len(calls) == 2
     raw = kernel.get_source("ll-raw")
-    assert re.search(r'getelementptr i8, ptr %"?[\w.]+"?, i64 1024', raw)
+    for ahead in (1024, 1088):
+        assert re.search(rf'getelementptr i8, ptr %"?[\w.]+"?, i64 {ahead}', raw)
+
+
+def test_rows_of_a_register_tile_share_one_prefetch_per_line():
+    # The rows loop (i_1) left a loop: the panel's address does not use it, so the lines are
+    # asked for at the top of each step of the annotated loop (k_1), where unrolling the rows
+    # cannot copy them (at the load they made 8 prefetches of one line per step of an 8-row
+    # tile once LLVM unrolled the rows).
+    kernel = run(tiled_matmul(512, unroll_rows=False))
+    blocks, block = [], None
+    for line in kernel.get_source("ll-raw").split("\n"):
+        label = re.match(r'^"?([\w.]+)"?:', line)
+        if label:
+            block = label.group(1)
+        if re.search(r'call void @"?llvm\.prefetch', line):
+            blocks.append(block)
+    assert blocks == ["k_1.body", "k_1.body"]
 
 
 def test_outer_annotation_covers_the_loads_inside_it():
     # k_outer's variable is in B's index too: the annotation on it reaches the panel load
     # in the k_inner loop nested inside.
-    assert len(prefetches(run(tiled_matmul(256, loop="k_outer")))) == 1
+    assert len(prefetches(run(tiled_matmul(256, loop="k_outer")))) == 2
 
 
 def test_loads_that_do_not_walk_along_the_loop_are_not_prefetched():
@@ -92,3 +110,23 @@ def test_zero_distance_prefetches_nothing_even_under_an_annotated_loop():
 def test_a_bad_distance_is_a_build_error_that_names_the_loop(value):
     with pytest.raises(BuildError, match=r"k_1 has pragma_prefetch_bytes=.*whole number"):
         autotune.build(tiled_matmul(value))
+
+
+def test_a_parallel_annotated_loop_prefetches_in_each_thread():
+    # The annotated loop is the parallel one: its iterations run in the outlined body, where
+    # the lines of each row's vector load are asked for at the top of the iteration.
+    from tensor_ir import te
+
+    a = te.placeholder((64, 32), "float32", name="A")
+    c = te.compute((64, 32), lambda i, j: a[i, j] * 2.0, name="C")
+    sch = Schedule(te.create_prim_func([a, c]))
+    i, j = sch.get_loops(sch.get_block("C"))
+    sch.parallel(i)
+    sch.vectorize(j)
+    sch.annotate(i, PREFETCH_KEY, 256)
+    kernel = autotune.build(sch.func, "llvm -num-cores 2")
+    x = np.random.default_rng(0).standard_normal((64, 32), dtype=np.float32)
+    out = np.zeros_like(x)
+    kernel(x, out)
+    np.testing.assert_array_equal(out, x * 2)
+    assert len(prefetches(kernel)) == 2
