@@ -72,6 +72,8 @@ PREFETCH_KEY = "pragma_prefetch_bytes"
 # Bound of the innermost sampled factor around a tensorized tile: that level counts whole
 # intrinsic calls (16 int32 lanes each for VNNI), whose accumulators should stay in registers.
 TENSORIZED_INNERMOST_FACTOR = 8
+# The wider packed panel a sketch may also take, in vector registers (see _pack_plans).
+PANEL_REGISTERS_WIDE = 3
 
 
 class MultiLevelTiling(ScheduleRule):
@@ -163,9 +165,8 @@ class MultiLevelTiling(ScheduleRule):
         if extent % self.lanes and half >= 4 and extent % half == 0 and extent > half:
             variants.append((last, None, half))
         if self.pack:
-            plan = self._pack_plan(sch, info, last)
-            if plan is not None:
-                variants.append((last, plan, plan.width))
+            variants.extend((last, plan, plan.width)
+                            for plan in self._pack_plans(sch, info, last))
             variants.extend((k, p, p.width)
                             for k, p in self._outer_vector_variants(sch, info, spatial))
         out = []
@@ -207,6 +208,26 @@ class MultiLevelTiling(ScheduleRule):
         if extent < width or width < 2:
             return None
         return plan_packing(sch.func, info.block, info.loop_iters[vec].var, width)
+
+    def _pack_plans(self, sch: Schedule, info, vec: int) -> list[PackPlan]:
+        """Packing plans for a register tile vectorised over the innermost loop: panels two
+        registers wide, and three where they divide the loop.  A tile of R rows holds R
+        accumulators per register of width; three wide, 8 rows keep 24 accumulators (of 32
+        AVX-512 registers) and load 3 panel vectors and 8 broadcasts per 24 FMAs, against
+        16 accumulators and 2 + 8 loads per 16 FMAs two wide -- the 12x32 shape of MLAS's
+        kernel, turned for row counts that 12 does not divide.  On the BERT layer's matmul
+        shapes (128 rows, 2 threads, hand-written schedules alike but for the width) 8x48
+        tiles ran 4-20% faster than 8x32 (10th percentiles), in the same rounds."""
+        first = self._pack_plan(sch, info, vec)
+        if first is None:
+            return []
+        plans = [first]
+        extent, wide = info.loops[vec].extent.value, PANEL_REGISTERS_WIDE * self.lanes
+        if wide > first.width and extent % wide == 0:
+            plan = plan_packing(sch.func, info.block, info.loop_iters[vec].var, wide)
+            if plan is not None:
+                plans.append(plan)
+        return plans
 
     def _outer_vector_variants(self, sch: Schedule, info, spatial: list[int]):
         """Sketches vectorised over an outer spatial loop (the output channels of an NCHW

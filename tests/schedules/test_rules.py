@@ -125,6 +125,31 @@ def test_multi_level_tiling_ssrsrs_order_and_sketches():
     assert len(packed) == 2
 
 
+def _panel_widths(out) -> list[int]:
+    """The panel width of each packed sketch (the packed buffer's last dimension)."""
+    widths = []
+    for sch in out:
+        for stmt in tree.find_block(sch.func, "root").node.block.alloc_buffers:
+            if stmt.name.endswith("_packed"):
+                widths.append(stmt.shape[-1].value)
+    return widths
+
+
+@pytest.mark.parametrize("n, widths", [(96, [32, 32, 48, 48]), (64, [32, 32]),
+                                       (768, [32, 32, 48, 48])])
+def test_multi_level_tiling_offers_three_register_panels_where_they_divide(n, widths):
+    # Panels two AVX-512 registers wide always; three wide (8 rows x 48: 24 accumulators,
+    # MLAS's register count) where 48 divides the columns.  Each samples correct programs
+    # whose register tile is one panel wide.
+    func, ref = matmul(16, n, 32)
+    out = _init(MultiLevelTiling()).apply(Schedule(func, seed=0), "C")
+    assert sorted(_panel_widths(out)) == widths
+    for sch in out:
+        if 48 in _panel_widths([sch]):
+            assert _loops(sch.func, "C")[-1].extent.value == 48
+            check_interp(sch.func, ref)
+
+
 def _prefetch_samples(trace, candidates=PREFETCH_BYTES) -> list[int]:
     return [k for k, inst in enumerate(trace) if inst.kind == "sample_categorical"
             and list(dict(inst.attrs)["candidates"]) == list(candidates)]
@@ -142,7 +167,11 @@ def test_multi_level_tiling_samples_the_panel_prefetch_of_packed_sketches():
         assert len(_prefetch_samples(sketch)) == (k in packed)
     a, b = random_inputs(func, 3)
     for k in packed:
-        cand = space.sample(seed=k, sketch=k)
+        # A candidate whose innermost reduction level walks (a level of one iteration is
+        # folded away, leaving the annotation nothing to prefetch along).
+        cand = next(c for c in (space.sample(seed=k + 100 * s, sketch=k) for s in range(20))
+                    if [lp for lp in _loops(c.func, "C")
+                        if lp.loop_var.name[0] == "k"][-1].extent.value > 1)
         (index,) = _prefetch_samples(cand.trace)
         for decision, distance in enumerate(PREFETCH_BYTES):
             got = space.replay(cand.trace.with_decision(index, decision))
