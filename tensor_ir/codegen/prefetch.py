@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import llvmlite.ir as ir
 
 from .. import dtype as dt
+from ..arith import const_diff
 from ..expr import BufferLoad, IntImm, Var, binary
 from ..simplify import simplify_expr
 from ..stmt import Allocate, For, LetStmt, VECTORIZED
@@ -100,10 +101,10 @@ def _consider(scope: PrefetchScope, load: BufferLoad, inner: frozenset, vec: For
             or free_vars(vec.min) & inner:
         return
     flat = flat_index(buf, load.indices, "codegen")
-    step = simplify_expr(binary("-", substitute(flat, {vec.loop_var: binary(
-        "+", vec.loop_var, IntImm(1, vec.loop_var.dtype))}), flat))
-    if not (isinstance(step, IntImm) and step.value == 1):
-        return
+    next_lane = substitute(flat, {vec.loop_var: binary(
+        "+", vec.loop_var, IntImm(1, vec.loop_var.dtype))})
+    if const_diff(next_lane, flat) != 1:
+        return  # not one contiguous vector: a gather, which is never prefetched
     scope.hoisted_loads.add(id(load))
     first = simplify_expr(substitute(flat, {vec.loop_var: vec.min}))
     nbytes = vec.extent.value * dt.nbytes(buf.dtype)
