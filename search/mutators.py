@@ -11,6 +11,11 @@ result when the space accepts it.  One mutator per kind of decision:
     MutateCategorical      any other sample_categorical
     MutateComputeLocation  sample_compute_location: a neighbouring loop, the root, or inline
 
+Besides one-decision steps, ``transplant`` carries all of a program's decisions into a sibling
+sketch: one whose sampling instructions are the same kinds with the same attributes (a packed
+matmul's sketches with panels two or three registers wide, say).  The search uses it so a
+good tiling found in one sketch is tried in the others (see EvolutionarySearch.cross_share).
+
 A mutator proposes; it does not know whether the new decision is legal everywhere (a compute
 location's candidate loops are only known while replaying).  An illegal one makes the replay
 fail, which the strategy counts and moves on from.
@@ -21,11 +26,13 @@ fail, which the strategy counts and moves on from.
 from __future__ import annotations
 
 import abc
+import json
 import random
 from collections.abc import Sequence
 
 from schedules.rules.parallel_vectorize_unroll import PARALLEL_KEY, UNROLL_KEY
 from schedules.sampling import INLINE_DECISION, ROOT_DECISION, prime_factors
+from schedules.frozen import thaw
 from schedules.trace import Instruction, Trace
 
 __all__ = [
@@ -37,6 +44,8 @@ __all__ = [
     "Mutator",
     "default_mutators",
     "mutate",
+    "sampling_signature",
+    "transplant",
 ]
 
 
@@ -217,3 +226,28 @@ def mutate(trace: Trace, rng: random.Random, mutators: Sequence[Mutator],
         if not sites[m]:
             order.remove(m)
     return None
+
+
+def sampling_signature(trace: Trace) -> tuple:
+    """What a sketch's decisions mean: the kind and attributes of each sampling instruction,
+    in order.  Two sketches with one signature take each other's decisions (see transplant);
+    the instructions' inputs may differ (a split by 32 in one, by 48 in the other)."""
+    return tuple((trace[k].kind, json.dumps(thaw(trace[k].attrs), sort_keys=True))
+                 for k in trace.sampling_indices())
+
+
+def transplant(decided: Trace, sketch: Trace, differing: bool = True) -> Trace | None:
+    """``sketch`` with the decisions of ``decided`` (a program of a sketch with the same
+    sampling signature), position by position; None when the signatures differ.
+
+    ``differing=False`` leaves undecided (to be sampled afresh) the instructions whose inputs
+    differ between the two -- a tile of a loop split by another factor, whose old decision
+    may not divide it -- and keeps the rest."""
+    ours, theirs = decided.sampling_indices(), sketch.sampling_indices()
+    if sampling_signature(decided) != sampling_signature(sketch):
+        return None
+    out = sketch
+    for a, b in zip(ours, theirs):
+        if differing or decided[a].inputs == sketch[b].inputs:
+            out = out.with_decision(b, decided[a].decision)
+    return out

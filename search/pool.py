@@ -168,14 +168,16 @@ class CandidatePool:
             out.append(cand)
         return out
 
-    def replay(self, trace: Trace, origin: str = "mutant") -> SearchCandidate | None:
-        """The program of a fully decided (possibly mutated) trace; None when a primitive or a
-        verifier rejects it.  Cached by the trace's text."""
-        key = trace.to_text()
+    def replay(self, trace: Trace, origin: str = "mutant", seed: int | None = None
+               ) -> SearchCandidate | None:
+        """The program of a decided (possibly mutated) trace; None when a primitive or a
+        verifier rejects it.  Decisions the trace lacks are drawn from ``seed`` (pass one: a
+        fixed seed keeps the search reproducible).  Cached by the trace's text and seed."""
+        key = trace.to_text() if seed is None else f"{trace.to_text()}#seed={seed}"
         if key in self._replays:
             return self._replays[key]
         self.replayed += 1
-        cand = self.space.replay(trace)
+        cand = self.space.replay(trace, seed=seed)
         sc = None if cand is None else self._wrap(cand, origin)
         if sc is None:
             self.rejected += 1

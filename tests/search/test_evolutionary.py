@@ -22,6 +22,8 @@ from search.mutators import (
     MutateUnroll,
     default_mutators,
     mutate,
+    sampling_signature,
+    transplant,
 )
 from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
@@ -37,6 +39,29 @@ def space():
 @pytest.fixture(scope="module")
 def runner(space):
     return synthetic_runner(space)
+
+
+@pytest.fixture(scope="module")
+def panel_space():
+    # 48 divides 96: packed sketches with panels two and three AVX-512 registers wide, whose
+    # sampling instructions match one for one (siblings).
+    return DesignSpace(ops.matmul(64, 96, 64), TARGET)
+
+
+def _panel_width(trace) -> int | None:
+    """The width of a packed sketch's column panels: its first split by a constant."""
+    return next((inst.inputs[2] for inst in trace if inst.kind == "split"
+                 and len(inst.inputs) == 3 and inst.inputs[1] is None), None)
+
+
+def _sibling_pair(space) -> tuple[int, int]:
+    """Two sketches with one sampling signature whose panels are 32 and 48 wide."""
+    for a, sa in enumerate(space.sketches):
+        for b, sb in enumerate(space.sketches):
+            if (_panel_width(sa), _panel_width(sb)) == (32, 48) and \
+                    sampling_signature(sa) == sampling_signature(sb):
+                return a, b
+    raise AssertionError("no sibling sketches with panels 32 and 48 wide")
 
 
 def run_search(space, runner, kind, seed, trials=48, batch_size=8, **options):
@@ -120,6 +145,39 @@ def test_mutate_changes_exactly_one_decision(space):
         assert new is not None
         diff = [k for k in trace.decisions if trace.decisions[k] != new.decisions[k]]
         assert len(diff) == 1
+
+
+def test_transplant_carries_decisions_into_a_sibling_sketch(panel_space):
+    space = panel_space
+    a, b = _sibling_pair(space)
+    source = space.sample(seed=1, sketch=a).trace
+    target = space.sketches[b]
+    ours, theirs = source.sampling_indices(), target.sampling_indices()
+    # Into its own sketch: the same program's trace back.
+    assert transplant(source, space.sketches[a]).to_text() == source.to_text()
+    # Whole: every decision, position by position.
+    whole = transplant(source, target)
+    assert [whole[k].decision for k in theirs] == [source[k].decision for k in ours]
+    # Partial: the decisions of instructions whose inputs differ (the tiles that depend on
+    # the panel width) are left to be drawn; the others (the reduction's tile, the
+    # categorical choices) are kept.
+    partial = transplant(source, target, differing=False)
+    kept = dropped = 0
+    for ka, kb in zip(ours, theirs):
+        if source[ka].inputs == target[kb].inputs:
+            assert partial[kb].decision == source[ka].decision
+            kept += 1
+        else:
+            assert partial[kb].decision is None
+            dropped += 1
+    assert kept and dropped
+    got = space.replay(partial, seed=3)
+    assert got is not None and space.sketch_of(got.final_trace) == b
+    assert _panel_width(got.trace) == 48
+    # A sketch whose sampling instructions differ takes nothing.
+    other = next(k for k, sk in enumerate(space.sketches)
+                 if sampling_signature(sk) != sampling_signature(target))
+    assert transplant(source, space.sketches[other]) is None
 
 
 # -- strategies -------------------------------------------------------------------------------
@@ -222,6 +280,34 @@ def test_a_pre_trained_models_first_batch_takes_each_sketch_in_turn(space):
     assert set(strategy_sketches) == set(range(len(space.sketches))), strategy_sketches
 
 
+def test_evolutionary_transplants_elites_into_sibling_sketches(panel_space):
+    space = panel_space
+    loop, _ = run_search(space, synthetic_runner(space), "evolutionary", seed=0, trials=16,
+                         cross_share=1.0)
+    strategy = loop.strategy
+    elites = strategy.best_measured(8)
+    children = strategy._mutate(elites, 8)
+    moved = [c for c in children if c.origin == "transplant"]
+    assert moved and strategy.stats["transplants"] >= len(moved)
+    for child in moved:
+        k = space.sketch_of(child.final_trace)
+        theirs = child.trace.sampling_indices()
+        # Some elite of a sibling sketch gave it every decision its instructions share.
+        assert any(
+            space.sketch_of(e.final_trace) != k
+            and sampling_signature(e.trace) == sampling_signature(child.trace)
+            and all(e.trace[ka].decision == child.trace[kb].decision
+                    for ka, kb in zip(e.trace.sampling_indices(), theirs)
+                    if e.trace[ka].inputs == child.trace[kb].inputs)
+            for e in elites)
+    # Without the share, children only ever change one decision within their sketch.
+    loop, _ = run_search(space, synthetic_runner(space), "evolutionary", seed=0, trials=16,
+                         cross_share=0.0)
+    assert all(c.origin != "transplant" for c in loop.strategy._mutate(
+        loop.strategy.best_measured(8), 8))
+    assert loop.strategy.stats["transplants"] == 0
+
+
 def test_propose_only_new_distinct_programs(space, runner):
     loop, result = run_search(space, runner, "evolutionary", seed=1, trials=24)
     strategy = loop.strategy
@@ -245,6 +331,8 @@ def test_create_and_options():
         search.EvolutionarySearch(population=0)
     with pytest.raises(search.SearchError, match="prior_samples"):
         search.EvolutionarySearch(prior_samples=-3)
+    with pytest.raises(search.SearchError, match="cross_share"):
+        search.EvolutionarySearch(cross_share=2)
     with pytest.raises(search.SearchError, match="options"):
         search.create(s, seed=2)
     with pytest.raises(search.SearchError, match="before initialize"):
