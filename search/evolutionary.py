@@ -16,7 +16,8 @@ One batch (``propose(count)``), after the first:
    sibling sketch with panels three wide was met only through random samples and their
    mutants, whose tilings were poor (3.2 ms at best, the elite 2.55 ms), while the elite's
    own tiling with three-wide panels, written by hand, ran 8% faster than the elite.  That
-   matmul tuned alone for 600 trials reached 2.60 ms with transplants, 3.23 ms without.
+   matmul tuned alone for 600 trials (one seed, a noisy host) reached 2.60 ms with
+   transplants, 3.23 ms without.
 3. The batch is the population's top ``count - n_random`` by predicted score plus
    ``n_random = eps_greedy * count`` (at least one) of this batch's fresh random samples:
    the epsilon-greedy share keeps the model honest where it has seen nothing.
