@@ -290,11 +290,12 @@ class EvolutionarySearch(SearchStrategy):
         (see search.mutators.transplant), other than its own; None when there is none."""
         space = self._require_pool().space
         if self._siblings is None:
+            signatures = [sampling_signature(sketch) for sketch in space.sketches]
             by_signature: dict[tuple, list[int]] = {}
-            for k, sketch in enumerate(space.sketches):
-                by_signature.setdefault(sampling_signature(sketch), []).append(k)
-            self._siblings = [[j for j in by_signature[sampling_signature(sketch)] if j != k]
-                              for k, sketch in enumerate(space.sketches)]
+            for k, signature in enumerate(signatures):
+                by_signature.setdefault(signature, []).append(k)
+            self._siblings = [[j for j in by_signature[signature] if j != k]
+                              for k, signature in enumerate(signatures)]
         k = self._sketch(parent)
         if k is None or not self._siblings[k]:
             return None

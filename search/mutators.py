@@ -30,9 +30,9 @@ import json
 import random
 from collections.abc import Sequence
 
+from schedules.frozen import thaw
 from schedules.rules.parallel_vectorize_unroll import PARALLEL_KEY, UNROLL_KEY
 from schedules.sampling import INLINE_DECISION, ROOT_DECISION, prime_factors
-from schedules.frozen import thaw
 from schedules.trace import Instruction, Trace
 
 __all__ = [
