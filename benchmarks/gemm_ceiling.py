@@ -2,6 +2,7 @@
 
     python -m benchmarks.gemm_ceiling                       # 128x3072x768 and 96x3072x768
     python -m benchmarks.gemm_ceiling --shapes 128x768x768 --threads 2 --rounds 30
+    python -m benchmarks.gemm_ceiling --threads 2 --cols 16,24 --rows 4,6,8   # AVX2 tiles
 
 The BERT layer spends about 90% of its time in four matmuls of 128 rows (the tokens), and
 onnxruntime runs them with MLAS's hand-written AVX-512 kernel.  This command says how far
@@ -29,6 +30,13 @@ shapes at 0.59-0.68 of it and the 8-row tiles at 0.50-0.68 (0.95-1.19x MLAS's ti
 the 8-row ones, level with MLAS.  Neither side comes near the peak on two threads: a kernel
 15% faster than MLAS, which the BERT layer would need to run at 0.9x onnxruntime, would be
 at 0.69-0.80 of it.
+
+On a 2-vCPU EPYC (Zen 3, AVX2: 16 registers of 8 lanes;
+gemm_ceiling_2026-11-29_bert_shapes_epyc_zen3_avx2.json) the peak was 92 GFLOPS on one thread
+and 177 on two; MLAS ran the four shapes at 0.68-0.76 of it on two threads.  Tiles 4 rows x
+24 columns (12 accumulators, 3 panel vectors and a broadcast: the 16 registers) ran
+1.03-1.11x MLAS's time; 4x16 1.24-1.37x; 8x16 and 8x24, which need more registers than there
+are, spilled and ran 2.3-2.6x.
 """
 from __future__ import annotations
 
@@ -44,9 +52,14 @@ SHAPES = ((128, 3072, 768), (96, 3072, 768))  # (rows, columns, reduction): BERT
 ROWS = (8, 12)
 K_BLOCKS = (48, 256)
 PREFETCH = (0,)     # software prefetch distances (bytes) of the panel; 0: none
-COLS = 32           # two AVX-512 registers of float32
+COLS = 32           # two AVX-512 registers of float32 (--cols 16,24 for AVX2's 8 lanes)
 PANELS_PER_CHUNK = 4
-CHAINS = 16         # independent FMA chains per thread: twice latency x ports, never stalled
+# Independent FMA chains of 16 lanes per thread: at least latency x ports vector registers
+# worth, so that no FMA waits, and few enough to stay in registers with the two constants --
+# 16 fill half of AVX-512's 32 registers; on AVX2, where each is two of the 16 ymm registers,
+# 6 (12 registers; 16 there spilled and read 0.4x the true peak).
+CHAINS = 16
+CHAINS_AVX2 = 6
 
 _FMA_TYPE = "<16 x float>"
 
@@ -55,10 +68,10 @@ def _splat(value: str) -> str:
     return "<" + ", ".join([f"float {value}"] * 16) + ">"
 
 
-def _peak_ir() -> str:
+def _peak_ir(chains: int = CHAINS) -> str:
     """``fma_peak(data, threads)``: every thread of an OpenMP team runs ``data[0]``
-    iterations of CHAINS independent FMAs on registers and stores their sum in its own 64-byte
-    slot (so nothing is dead code).  a * 0.5 + 0.25 converges to 0.5: no overflow, no
+    iterations of ``chains`` independent FMAs on registers and stores their sum in its own
+    64-byte slot (so nothing is dead code).  a * 0.5 + 0.25 converges to 0.5: no overflow, no
     denormals."""
     t = _FMA_TYPE
     lines = [
@@ -72,9 +85,9 @@ def _peak_ir() -> str:
         "loop:",
         "  %i = phi i64 [0, %entry], [%inext, %loop]",
     ]
-    for c in range(CHAINS):
+    for c in range(chains):
         lines.append(f"  %a{c} = phi {t} [{_splat('1.0')}, %entry], [%b{c}, %loop]")
-    for c in range(CHAINS):
+    for c in range(chains):
         lines.append(f"  %b{c} = call {t} @llvm.fma.v16f32({t} %a{c}, {t} {_splat('0.5')}, "
                      f"{t} {_splat('0.25')})")
     lines += ["  %inext = add i64 %i, 1",
@@ -82,7 +95,7 @@ def _peak_ir() -> str:
               "  br i1 %more, label %loop, label %exit",
               "exit:"]
     total = "%b0"
-    for c in range(1, CHAINS):
+    for c in range(1, chains):
         lines.append(f"  %s{c} = fadd {t} {total}, %b{c}")
         total = f"%s{c}"
     lines += ["  %tid = call i32 @omp_get_thread_num()",
@@ -105,8 +118,10 @@ def fma_peak_gflops(threads: int, seconds: float = 0.1, tries: int = 5) -> float
     import numpy as np
 
     from tensor_ir.codegen import LLVMTarget, compile_module
+    from tensor_ir.target import Target
 
-    jit = compile_module(_peak_ir(), LLVMTarget()).jit()
+    chains = CHAINS if (Target("llvm").vector_bits or 0) >= 512 else CHAINS_AVX2
+    jit = compile_module(_peak_ir(chains), LLVMTarget()).jit()
     run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(
         jit.function_address("fma_peak"))
     data = np.zeros(16 * (threads + 2), np.float32)
@@ -124,12 +139,14 @@ def fma_peak_gflops(threads: int, seconds: float = 0.1, tries: int = 5) -> float
     best = min(once(n) for _ in range(tries))
     if not np.isfinite(data[16:16 * (threads + 1)]).all():
         raise RuntimeError("the FMA loop produced a non-finite sum")
-    return threads * n * CHAINS * 16 * 2 / best / 1e9
+    return threads * n * chains * 16 * 2 / best / 1e9
 
 
-def schedule_gemm(func, rows: int, k_block: int, threads: int, prefetch: int = 0):
-    """The register-tiled, panel-packed schedule (see the module text) of a te matmul;
-    ``prefetch`` > 0: the panel is prefetched that many bytes ahead along the k block."""
+def schedule_gemm(func, rows: int, k_block: int, threads: int, prefetch: int = 0,
+                  cols: int = COLS):
+    """The register-tiled, panel-packed schedule (see the module text) of a te matmul, its
+    panels ``cols`` wide; ``prefetch`` > 0: the panel is prefetched that many bytes ahead
+    along the k block."""
     from benchmarks.matmul_schedule import annotate_register_block
     from schedules import Schedule
     from tensor_ir.codegen.llvm import PREFETCH_KEY
@@ -138,13 +155,13 @@ def schedule_gemm(func, rows: int, k_block: int, threads: int, prefetch: int = 0
     block = sch.get_block("C")
     i, j, k = sch.get_loops(block)
     i_outer, i_inner = sch.split(i, [None, rows])
-    j_outer, j_panel, j_inner = sch.split(j, [None, PANELS_PER_CHUNK, COLS])
+    j_outer, j_panel, j_inner = sch.split(j, [None, PANELS_PER_CHUNK, cols])
     k_outer, k_inner = sch.split(k, [None, k_block])
     # Column chunks outermost: a chunk's panels stay in L2 while every row block reads them.
     sch.reorder(j_outer, i_outer, k_outer, j_panel, k_inner, i_inner, j_inner)
     write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, i_outer)
-    pack = sch.pack_layout(block, 1, lambda kk, n: (n // COLS, kk, n % COLS))
+    pack = sch.pack_layout(block, 1, lambda kk, n: (n // cols, kk, n % cols))
     init = sch.decompose_reduction(block, k_outer)
     fused = sch.fuse(j_outer, i_outer)
     if threads > 1:
@@ -156,7 +173,7 @@ def schedule_gemm(func, rows: int, k_block: int, threads: int, prefetch: int = 0
 
 
 def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b,
-          prefetch: int = 0):
+          prefetch: int = 0, cols: int = COLS):
     """A callable running our kernel on ``a`` and the pre-packed ``b``, checked first."""
     import numpy as np
 
@@ -167,7 +184,7 @@ def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b,
 
     target = f"llvm -num-cores {threads}"
     main, packs = split_packing(schedule_gemm(ops.matmul(m, n, k), rows, k_block,
-                                              threads, prefetch).func, {1})
+                                              threads, prefetch, cols).func, {1})
     args = [a, b]
     for p in packs:
         packed = aligned_empty(tuple(p.pack.params[1].const_shape), np.float32, 64)
@@ -177,7 +194,7 @@ def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b,
     out = aligned_empty((m, n), np.float32, 64)
     kernel(*args, out)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3,
-                               err_msg=f"{rows}x{COLS} tile, k block {k_block}")
+                               err_msg=f"{rows}x{cols} tile, k block {k_block}")
     return lambda: kernel(*args, out)
 
 
@@ -203,7 +220,7 @@ def _mlas(m: int, n: int, k: int, threads: int, a, b):
 
 def measure(shape: tuple[int, int, int], threads: int, rounds: int, peak: float,
             min_seconds: float = 0.3, rows_choices=ROWS, k_blocks=K_BLOCKS,
-            prefetches=PREFETCH) -> list[dict]:
+            prefetches=PREFETCH, widths=(COLS,)) -> list[dict]:
     """One row per program for ``shape`` on ``threads`` threads."""
     import numpy as np
 
@@ -215,13 +232,16 @@ def measure(shape: tuple[int, int, int], threads: int, rounds: int, peak: float,
     a[...] = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
     programs = {"mlas": _mlas(m, n, k, threads, a, b)}
-    for rows in rows_choices:
-        for k_block in k_blocks:
-            if m % rows or k % k_block or n % (COLS * PANELS_PER_CHUNK):
-                continue
-            for prefetch in prefetches:
-                name = f"ours_{rows}x{COLS}_k{k_block}" + (f"_pf{prefetch}" if prefetch else "")
-                programs[name] = _ours(m, n, k, rows, k_block, threads, a, b, prefetch)
+    for cols in widths:
+        for rows in rows_choices:
+            for k_block in k_blocks:
+                if m % rows or k % k_block or n % (cols * PANELS_PER_CHUNK):
+                    continue
+                for prefetch in prefetches:
+                    name = (f"ours_{rows}x{cols}_k{k_block}"
+                            + (f"_pf{prefetch}" if prefetch else ""))
+                    programs[name] = _ours(m, n, k, rows, k_block, threads, a, b, prefetch,
+                                           cols)
     times = interleaved_medians(programs, rounds=rounds, min_seconds=min_seconds)
     flops = 2.0 * m * n * k
     mlas = times["mlas"]["median_s"]
@@ -265,6 +285,9 @@ def main(argv=None) -> int:
                         default=[1, 2], help="thread counts, e.g. 1,2")
     parser.add_argument("--rows", type=_int_list(1), default=list(ROWS),
                         help="register-tile rows to try, e.g. 8,12")
+    parser.add_argument("--cols", type=_int_list(1), default=[COLS],
+                        help="panel widths (register-tile columns) to try, e.g. 16,24 on "
+                             "AVX2")
     parser.add_argument("--k-blocks", type=_int_list(1), default=list(K_BLOCKS),
                         help="reduction blocks to try, e.g. 48,256")
     parser.add_argument("--prefetch", type=_int_list(0), default=list(PREFETCH),
@@ -282,7 +305,7 @@ def main(argv=None) -> int:
         doc["peak_gflops"][str(threads)] = round(peak, 1)
         for shape in args.shapes:
             doc["results"] += measure(shape, threads, args.rounds, peak, args.min_seconds,
-                                      args.rows, args.k_blocks, args.prefetch)
+                                      args.rows, args.k_blocks, args.prefetch, args.cols)
     json.dump(doc, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

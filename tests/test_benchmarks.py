@@ -227,23 +227,24 @@ def test_gemm_ceiling_times_checked_tiles_beside_mlas_and_the_fma_peak():
     with redirect_stdout(buf):
         assert gemm_ceiling.main(["--shapes", "24x256x96", "--threads", "1,2", "--rows", "8,12",
                                   "--k-blocks", "48,64", "--prefetch", "0,512", "--rounds", "2",
-                                  "--min-seconds", "0.01"]) == 0
+                                  "--min-seconds", "0.01", "--cols", "32,16"]) == 0
     doc = json.loads(buf.getvalue())
     assert set(doc["peak_gflops"]) == {"1", "2"}
     # 16 lanes x 2 FLOPs per FMA: even a slow host does more than one FMA per nanosecond.
     assert all(g > 32 for g in doc["peak_gflops"].values())
-    # k blocks of 64 do not divide 96: only the 48s run, each of both row counts, with and
-    # without the panel prefetched.
-    names = {"mlas", "ours_8x32_k48", "ours_12x32_k48", "ours_8x32_k48_pf512",
-             "ours_12x32_k48_pf512"}
+    # k blocks of 64 do not divide 96: only the 48s run, each of both row counts and panel
+    # widths, with and without the panel prefetched.
+    names = {"mlas"} | {f"ours_{r}x{c}_k48{pf}" for r in (8, 12) for c in (32, 16)
+                        for pf in ("", "_pf512")}
     for threads in (1, 2):
         rows = [r for r in doc["results"] if r["threads"] == threads]
         assert {r["program"] for r in rows} == names
         peak = doc["peak_gflops"][str(threads)]
         for r in rows:
             assert r["p10_ms"] <= r["median_ms"]
+            # gflops is rounded to a tenth; a spilling tile on AVX2 runs at 2 GFLOPS here.
             assert r["gflops"] == pytest.approx(2 * 24 * 256 * 96 / r["median_ms"] / 1e6,
-                                                rel=1e-2)
+                                                rel=1e-2, abs=0.05)
             assert r["share_of_peak"] == pytest.approx(r["gflops"] / peak, abs=2e-3)
 
 
@@ -258,8 +259,10 @@ def test_gemm_ceiling_schedules_compute_the_matmul():
     m, n, k = 24, 256, 96
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((m, k), "float32"), rng.standard_normal((k, n), "float32")
-    for rows, k_block, threads, prefetch in ((8, 48, 1, 0), (12, 96, 2, 0), (24, 32, 2, 1024)):
-        func = schedule_gemm(ops.matmul(m, n, k), rows, k_block, threads, prefetch).func
+    for rows, k_block, threads, prefetch, cols in ((8, 48, 1, 0, 32), (12, 96, 2, 0, 32),
+                                                   (24, 32, 2, 1024, 32), (6, 48, 2, 0, 16)):
+        func = schedule_gemm(ops.matmul(m, n, k), rows, k_block, threads, prefetch,
+                             cols).func
         out = np.full((m, n), np.nan, "float32")
         autotune.build(func, f"llvm -num-cores {threads}")(a, b, out)
         np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3,
