@@ -15,7 +15,7 @@ from schedules import ScheduleError, Trace, dependence, sampling, tree
 from schedules.primitives import block_primitives
 from schedules.primitives import loops as loop_ops
 from schedules.space import DesignSpace
-from tensor_ir.expr import BinOp, IntImm, Var
+from tensor_ir.expr import BinOp, Cmp, IntImm, Var
 from tensor_ir import te
 from tensor_ir.func import structural_equal
 from tensor_ir.stmt import Evaluate, For, SeqStmt, Stmt
@@ -284,6 +284,54 @@ def test_counted_budget_matches_enumeration():
             assert built == counted
             total, last = dependence._points_cost(loops)
             assert budget - total == built[0] and last == len(points)
+
+
+def _random_index(rng: random.Random, variables: list, depth: int = 0):
+    if depth > 2 or rng.random() < 0.35:
+        return rng.choice(variables) if rng.random() < 0.8 else IntImm(rng.randint(-2, 5))
+    op = rng.choice(["+", "+", "-", "*", "//", "%", "min", "max"])
+    return BinOp(op, _random_index(rng, variables, depth + 1),
+                 _random_index(rng, variables, depth + 1))
+
+
+def _random_nest(rng: random.Random, names: str, bound: list, extents=(0, 1, 2, 3, 4, 5)):
+    loops = []
+    for name in names:
+        var = Var(name)
+        # Some lower bounds depend on the enclosing loops, as after compute_at.
+        lo = (_random_index(rng, bound, 1) if bound and rng.random() < 0.3
+              else IntImm(rng.randint(0, 2)))
+        loops.append(For(var, lo, IntImm(rng.choice(extents)), "serial",
+                         Evaluate(IntImm(0))))
+        bound = bound + [var]
+    return loops, bound
+
+
+def test_vectorised_exact_dependence_matches_the_pointwise_check():
+    rng = random.Random(5)
+    answers = []
+    for _ in range(600):
+        head, bound = _random_nest(rng, "abx"[3 - rng.randint(1, 3):], [])
+        *outer, loop = head
+        accesses = []
+        for side in "wr":
+            inner, names = _random_nest(rng, [f"{side}{k}" for k in range(rng.randint(0, 2))],
+                                        bound)
+            dims = rng.randint(0, 2)
+            index = tuple(_random_index(rng, names) for _ in range(dims))
+            pred = None
+            if rng.random() < 0.3:
+                pred = Cmp(rng.choice(["<", "!=", ">="]), _random_index(rng, names),
+                           IntImm(rng.randint(0, 4)))
+            accesses.append((None, index, pred, inner))
+        if len(accesses[0][1]) != len(accesses[1][1]):
+            accesses[1] = (None, accesses[0][1], accesses[1][2], accesses[1][3])
+        w, r = accesses
+        expected = dependence._exact_pointwise(outer, loop, w, r)
+        assert dependence._exact_independent(outer, loop, w, r) == expected, (head, w, r)
+        answers.append(expected)
+    # The cases cover every answer, including conflicts and undecided points.
+    assert {True, False, None} <= set(answers), answers
 
 
 def test_dependence_answers_survive_caching():
