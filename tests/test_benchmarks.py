@@ -175,7 +175,9 @@ def test_search_efficiency_table_prints_ratios_against_tvm(tmp_path):
     assert [r["seed"] for r in doc["rows"]] == [0, 1]
     for row in doc["rows"]:
         assert row["workload"] == "DEP#0" and row["correct"] and row["trials"] == 4
-        assert row["speedup_vs_tvm"] == pytest.approx(0.05 / row["ours_ms"], rel=1e-2)
+        # The speedup is printed to three decimals: below 0.05 the rounding alone is over 1%.
+        assert row["speedup_vs_tvm"] == pytest.approx(0.05 / row["ours_ms"], rel=1e-2,
+                                                      abs=5e-4)
     # The verdict is on the median of the seeds' runs (of two: their mean).
     (median,) = doc["median_over_seeds"]
     ms = [r["ours_ms"] for r in doc["rows"]]
