@@ -64,9 +64,12 @@ def time_once(fn: Callable[[], None], min_seconds: float = 0.05) -> float:
 
 
 def interleaved_medians(fns: dict[str, Callable[[], None]], rounds: int = 9,
-                        min_seconds: float = 0.3, cooldown: float = 0.15) -> dict[str, dict]:
+                        min_seconds: float = 0.3, cooldown: float = 0.15,
+                        between: Callable[[], None] | None = None) -> dict[str, dict]:
     """Time several callables side by side: each round times every one once, in turn, so a
     change in machine load hits them alike.  Returns per-name median and all samples.
+    ``between``, when given, is called before the first round and after every round (e.g.
+    to note the host's state around each round).
 
     NOTE: thread pools keep spinning for a while after a call (OpenBLAS's workers for up to
     ~0.1 s, libgomp's for its spin count) and would steal the cores from whatever runs next;
@@ -75,9 +78,13 @@ def interleaved_medians(fns: dict[str, Callable[[], None]], rounds: int = 9,
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for fn in fns.values():
         fn()  # warm up: page in buffers, spin up thread pools
+    if between is not None:
+        between()
     for _ in range(rounds):
         for name, fn in fns.items():
             time.sleep(cooldown)
             samples[name].append(time_once(fn, min_seconds))
+        if between is not None:
+            between()
     return {name: {"median_s": statistics.median(s), "samples_s": s}
             for name, s in samples.items()}

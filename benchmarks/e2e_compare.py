@@ -10,6 +10,15 @@ alternating rounds (benchmarks.common.interleaved_medians), each against onnxrun
 median of the rounds' ratios, as benchmarks.e2e does.  Prints one JSON document: per database
 its latency, ratio, coverage (the FLOPs share with a record) and largest difference from
 onnxruntime's outputs.
+
+``--by-state`` also splits the rounds by the host's state.  The two vCPUs of the shared
+machines here are placed near each other on the host for a while (a cache line's round trip
+between them about 110 ns), then apart (about 490 ns), flipping within seconds; kernels that
+read what the other core wrote slow down in the second state (autotune.measure.host).  Each
+round is bracketed by two probes of the round trip: a round is "quiet" when both are under
+QUIET_FACTOR times the lowest probe of the run, "slow" when both are over, else "mixed"; per
+state the rounds' medians and ratios are reported, to tell whether a build loses to
+onnxruntime in one state or in both.
 """
 from __future__ import annotations
 
@@ -24,8 +33,49 @@ from benchmarks.e2e import (MODELS, SMALL_OPTIONS, model_feed, onnxruntime_sessi
                             round_ratio, to_onnx)
 
 
+def _states(probes: list[float | None]) -> list[str]:
+    """The state of each round from the probes before and after it (see the module text)."""
+    from autotune.measure.host import QUIET_FACTOR
+
+    known = [p for p in probes if p is not None]
+    if not known:
+        return ["unknown"] * (len(probes) - 1)
+    limit = QUIET_FACTOR * min(known)
+    out = []
+    for before, after in zip(probes, probes[1:]):
+        if before is None or after is None:
+            out.append("unknown")
+        elif before < limit and after < limit:
+            out.append("quiet")
+        elif before >= limit and after >= limit:
+            out.append("slow")
+        else:
+            out.append("mixed")
+    return out
+
+
+def _by_state(states: list[str], samples: dict[str, list[float]]) -> dict:
+    """Per state: its rounds, onnxruntime's median and each build's median and ratio."""
+    import statistics
+
+    out = {}
+    for state in ("quiet", "slow", "mixed", "unknown"):
+        picked = [k for k, s in enumerate(states) if s == state]
+        if not picked:
+            continue
+        ort = [samples["onnxruntime"][k] for k in picked]
+        row = {"rounds": len(picked), "onnxruntime_ms": statistics.median(ort) * 1e3}
+        for key, values in samples.items():
+            if key != "onnxruntime":
+                mine = [values[k] for k in picked]
+                row[key] = {"ms": statistics.median(mine) * 1e3,
+                            "vs_onnxruntime": round_ratio(mine, ort)}
+        out[state] = row
+    return out
+
+
 def compare(name: str, databases: list[str], threads: int = 2, rounds: int = 30,
-            small: bool = False) -> dict:
+            small: bool = False, by_state: bool = False) -> dict:
     import autotune
     from autotune.model_build import build_model
     from benchmarks.common import interleaved_medians
@@ -47,14 +97,30 @@ def compare(name: str, databases: list[str], threads: int = 2, rounds: int = 30,
                          for o, t in zip(sess.get_outputs(), theirs))})
     fns = {key: (lambda lib=lib: lib.run(feed)) for key, lib in builds.items()}
     fns["onnxruntime"] = lambda: sess.run(None, feed)
-    times = interleaved_medians(fns, rounds=rounds, min_seconds=0.02 if small else 0.05)
+    probes: list[float | None] = []
+    between = None
+    if by_state:
+        from autotune.measure.host import CrossCoreProbe
+
+        probe = CrossCoreProbe()
+
+        def between():
+            probes.append(probe(330))
+    times = interleaved_medians(fns, rounds=rounds, min_seconds=0.02 if small else 0.05,
+                                between=between)
     ort = times["onnxruntime"]["samples_s"]
     for key, row in zip(builds, rows):
         row["ms"] = times[key]["median_s"] * 1e3
         row["vs_onnxruntime"] = round_ratio(times[key]["samples_s"], ort)
-    return {"benchmark": "e2e_compare", "model": name, "options": options,
-            "target": str(target), "threads": threads, "rounds": rounds,
-            "onnxruntime_ms": times["onnxruntime"]["median_s"] * 1e3, "builds": rows}
+    out = {"benchmark": "e2e_compare", "model": name, "options": options,
+           "target": str(target), "threads": threads, "rounds": rounds,
+           "onnxruntime_ms": times["onnxruntime"]["median_s"] * 1e3, "builds": rows}
+    if by_state:
+        # Build i's figures under "db{i}", in the order of ``builds``.
+        out["round_trip_ns"] = [None if p is None else round(p, 1) for p in probes]
+        out["by_state"] = _by_state(_states(probes),
+                                    {key: t["samples_s"] for key, t in times.items()})
+    return out
 
 
 def main(argv=None) -> int:
@@ -68,12 +134,15 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=30, help="timed rounds")
     parser.add_argument("--small", action="store_true",
                         help="the shrunk model and short rounds: checks the command quickly")
+    parser.add_argument("--by-state", action="store_true",
+                        help="also split the rounds by the host's cross-core round trip "
+                             "(quiet, slow, mixed; see the module text)")
     args = parser.parse_args(argv)
     missing = [db for db in args.db if not os.path.exists(db)]
     if missing:
         parser.error(f"no such database: {', '.join(missing)}")
-    print(json.dumps(compare(args.model, args.db, args.threads, args.repeat, args.small),
-                     indent=1))
+    print(json.dumps(compare(args.model, args.db, args.threads, args.repeat, args.small,
+                             args.by_state), indent=1))
     return 0
 
 

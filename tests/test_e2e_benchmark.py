@@ -102,6 +102,33 @@ def test_e2e_compare_times_each_database_s_build_beside_onnxruntime(tmp_path):
         assert r["max_abs_diff_vs_onnxruntime"] < 1e-3
     with pytest.raises(SystemExit):
         e2e_compare.main(["--model", "mobilenet_v2", "--db", str(tmp_path / "none.db")])
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert e2e_compare.main(["--small", "--model", "mobilenet_v2", "--repeat", "3",
+                                 "--by-state", "--db", tuned]) == 0
+    doc = json.loads(buf.getvalue())
+    # A probe before the first round and after each: every round falls in one state.
+    assert len(doc["round_trip_ns"]) == 4
+    states = doc["by_state"]
+    assert set(states) <= {"quiet", "slow", "mixed", "unknown"}
+    assert sum(s["rounds"] for s in states.values()) == 3
+    for s in states.values():
+        assert s["onnxruntime_ms"] > 0 and s["db0"]["ms"] > 0 and s["db0"]["vs_onnxruntime"] > 0
+
+
+def test_round_states_follow_the_probes_around_each_round():
+    from benchmarks.e2e_compare import _by_state, _states
+
+    # Lowest probe 100 ns: under 200 is quiet, at or over it slow.
+    assert _states([100, 150, 450, 500, 120, None, 110]) == \
+        ["quiet", "mixed", "slow", "mixed", "unknown", "unknown"]
+    assert _states([None, None]) == ["unknown"]
+    table = _by_state(["quiet", "slow", "quiet"],
+                      {"db0": [1.0, 4.0, 3.0], "onnxruntime": [2.0, 2.0, 2.0]})
+    assert table["quiet"]["rounds"] == 2 and table["slow"]["rounds"] == 1
+    assert table["quiet"]["db0"]["ms"] == pytest.approx(2000.0)
+    assert table["quiet"]["db0"]["vs_onnxruntime"] == pytest.approx(1.0)
+    assert table["slow"]["db0"]["vs_onnxruntime"] == pytest.approx(2.0)
 
 
 def test_e2e_ops_profiles_our_kernels_beside_onnxruntime_s_nodes():
