@@ -225,20 +225,20 @@ class Database:
         else:
             raise DatabaseError(f"cannot open database {self.path} read-only: {last}")
         try:
-            with self._guard("reading the schema", opening=True):
+            with self._guard("reading the schema", opening=True), self._snapshot():
                 app_id, tables = self._schema_facts(verify)
                 if not tables and app_id == 0:
                     raise DatabaseError(f"no tuning records in {self.path} (an empty file)")
                 version = self._check_ours(app_id, tables)
                 self.file_version = version
                 self.journal_mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-                if version < SCHEMA_VERSION:
+            if version < SCHEMA_VERSION:
+                with self._guard("copying an older schema into memory", opening=True):
                     memory = sqlite3.connect(":memory:", isolation_level=None,
                                              check_same_thread=False)
                     conn.backup(memory)
                     conn.close()
                     self._conn = memory
-            if version < SCHEMA_VERSION:
                 self.readonly = False  # the in-memory copy may be migrated, never the file
                 self._migrate()
                 self.readonly = True
@@ -251,7 +251,7 @@ class Database:
     def _open(self, synchronous: str, verify: bool, timeout: float) -> None:
         conn = self._conn
         # 1. Read-only checks: nothing is written before the file is known to be ours.
-        with self._guard("reading the schema", opening=True):
+        with self._guard("reading the schema", opening=True), self._snapshot():
             app_id, tables = self._schema_facts(verify)
             fresh = not tables and app_id == 0
             version = 0 if fresh else self._check_ours(app_id, tables)
@@ -267,6 +267,23 @@ class Database:
         # file is not written at all, so a reader never takes the write lock.
         if version < SCHEMA_VERSION:
             self._migrate()
+
+    @contextmanager
+    def _snapshot(self):
+        """One read transaction around the schema checks.  The application id (in the file
+        header) and the table list are two statements; in autocommit each would see the file
+        as it is at that moment, and another process creating the schema between them makes
+        a new file look like another application's (tables, but application id 0)."""
+        conn = self._conn
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
 
     def _schema_facts(self, verify: bool) -> tuple[int, set[str]]:
         """(application_id, table names) of the open file, read without writing; with

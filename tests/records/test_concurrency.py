@@ -167,3 +167,46 @@ def test_lock_held_too_long_is_a_clear_error_and_readers_are_not_blocked(tmp_pat
     finally:
         other.execute("ROLLBACK")
         other.close()
+
+
+def test_a_file_created_between_two_schema_reads_is_opened(tmp_path, monkeypatch):
+    """Two processes open one new file and the other one creates the schema in the moment
+    between this opener's read of the application id and its read of the table list (a CI
+    run hit this).  The two reads must come from one snapshot: read apart, the opener saw
+    tables without our application id and refused the file as another application's."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "new.db"
+    real_connect = sqlite3.connect
+    creator_errors: list[BaseException] = []
+    creators: list[threading.Thread] = []
+
+    def create():
+        try:
+            Database(path, timeout=20).close()
+        except BaseException as err:       # reported by the assertion below
+            creator_errors.append(err)
+
+    class Interleaved(sqlite3.Connection):
+        def execute(self, sql, *args):
+            if "sqlite_master" in sql and not creators:
+                creators.append(threading.Thread(target=create))
+                creators[0].start()
+                # Read apart, the creator finishes well inside this second; inside one read
+                # transaction it waits on the opener's read lock instead.
+                creators[0].join(timeout=1.0)
+            return super().execute(sql, *args)
+
+    def connect(*args, **kwargs):
+        if not creators:
+            kwargs.setdefault("factory", Interleaved)
+        return real_connect(*args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    with Database(path, timeout=20) as db:
+        key = db.commit_workload(ops.matmul(16, 16, 16))
+    creators[0].join(timeout=30)
+    assert not creators[0].is_alive() and not creator_errors
+    with Database(path) as db:
+        assert db.count(key) == 0 and key in {w.key for w in db.workloads()}
