@@ -25,7 +25,9 @@ vector register file: for a short reduction (a 3x3 depthwise or pooling window, 
 SHORT_REDUCTION iterations) the whole accumulator tile -- the levels inside the write-back --
 since such a block cannot amortise accumulators that live in memory; for a long one the
 register tile (S3) alone, so that its FMAs do not round-trip through memory.  Sketch-level
-alternatives (one schedule each): the write-back level, and packed / not packed.  The block is
+alternatives (one schedule each): the write-back level, packed / not packed, and, where the
+loop outside the vectorised one has no divisor near the rows the registers hold (7 or 14 pixels
+on AVX2), a fixed row count that does not divide it, its last iteration guarded.  The block is
 annotated ``meta_schedule.tiling_structure`` so later rules leave it alone.
 
 A packed sketch on a CPU also samples how far ahead its register tile prefetches the panel it
@@ -53,7 +55,8 @@ from ..errors import ScheduleError
 from ..schedule import Schedule
 from .base import ScheduleRule, try_on_copy
 from .analysis import (
-    block_info, has_data_reuse, is_elementwise_consumer, read_loads, single_store, writes_param,
+    block_info, divisors, has_data_reuse, is_elementwise_consumer, read_loads, single_store,
+    writes_param,
 )
 from .auto_tensorize import finish_tensorized, match, resolve_intrinsics, tile_tensorized
 from .packing import PackPlan, plan_packing
@@ -160,23 +163,58 @@ class MultiLevelTiling(ScheduleRule):
         # extent is no whole number of registers (56 pixels: 8 lanes rather than 14, 28 or
         # 56, which split into odd pieces and spill once rows are unrolled); and, when the
         # innermost loop vectorises badly, an outer one read through a packed operand.
-        variants: list[tuple[int, PackPlan | None, int | None]] = [(last, None, None)]
+        # The fourth member, where not None, is a row count (loop, rows) for a register tile
+        # whose rows need not divide their loop (see _remainder_rows).
+        variants: list[tuple[int, PackPlan | None, int | None, tuple[int, int] | None]] = [
+            (last, None, None, None)]
+        rows = self._remainder_rows(info, spatial)
+        if rows is not None:
+            variants.append((last, None, None, rows))
         extent, half = info.loops[last].extent.value, self.lanes // 2
         if extent % self.lanes and half >= 4 and extent % half == 0 and extent > half:
-            variants.append((last, None, half))
+            variants.append((last, None, half, None))
         if self.pack:
-            variants.extend((last, plan, plan.width)
+            variants.extend((last, plan, plan.width, None)
                             for plan in self._pack_plans(sch, info, last))
-            variants.extend((k, p, p.width)
+            variants.extend((k, p, p.width, None)
                             for k, p in self._outer_vector_variants(sch, info, spatial))
         out = []
-        for vec, plan, width in variants:
+        for vec, plan, width, rows in variants:
             for level in self.write_levels:
                 done = try_on_copy(sch, lambda s: self._tile(s, block, info, level, plan, vec,
-                                                             width))
+                                                             width, rows))
                 if done is not None:
                     out.append(done)
         return out or [sch]
+
+    def _remainder_rows(self, info, spatial: list[int]) -> tuple[int, int] | None:
+        """(loop, rows) for a register tile of ``rows`` rows along the spatial loop just
+        outside the vectorised one, when its extent has no divisor near the row count the
+        register file holds and a count that does not divide it comes nearer.  Sampled
+        tiles divide their loops, so a 7x7 convolution on AVX2 had a tile of 1 or 7 pixels:
+        7 rows of two-register accumulators are 14 of the 16 registers, and the panel and the
+        broadcast spill (MobileNetV2's late 1x1 convolutions ran 1.13-1.44x onnxruntime's
+        time).  Rows are what fits beside a two-register panel and a broadcast (6 on AVX2,
+        14 with 32 registers), evened out over the iterations: 7 -> 4 + 3, 14 -> 5 + 5 + 4
+        (with 32 registers 7 and 14 divide themselves, and nothing changes).
+        The split guards its last iteration with a predicate; the tile sizes left to
+        sample are the outer loop's, which stay perfect."""
+        if self.register_elements is None or len(spatial) < 2:
+            return None
+        row = next((k for k in reversed(spatial[:-1]) if info.loops[k].extent.value > 1), None)
+        if row is None:
+            return None
+        extent = info.loops[row].extent.value
+        registers = self.register_elements // self.lanes
+        most = (registers - 3) // 2
+        rows = -(-extent // -(-extent // most))
+        best_divisor = max(d for d in divisors(extent) if d <= most)
+        # Only where the divisors fall short by half: a 4-row tile of 28 or 56 pixels, or 128
+        # matmul rows, holds 8 accumulators, and a fixed sketch more would thin the search
+        # of the sampled ones for little.
+        if extent <= most or 2 * best_divisor >= most or extent % rows == 0:
+            return None
+        return row, rows
 
     def _tensorized_sketches(self, sch: Schedule, block: str, info) -> list[Schedule]:
         """One sketch per matching plan of the target's intrinsics and write-back level (the
@@ -265,7 +303,7 @@ class MultiLevelTiling(ScheduleRule):
 
     # -- the rule's instructions -----------------------------------------------------------
     def _tile(self, sch: Schedule, block: str, info, level, plan: PackPlan | None,
-              vec: int, width: int | None) -> None:
+              vec: int, width: int | None, rows: tuple[int, int] | None = None) -> None:
         b = sch.get_block(block)
         loops = sch.get_loops(b)
         kinds = info.loop_kinds
@@ -284,9 +322,14 @@ class MultiLevelTiling(ScheduleRule):
         short = info.extent_product(REDUCE) <= SHORT_REDUCTION
         acc_levels = n_s - (level or n_s - 1) if short else 1
         budget = self.register_elements if n_s >= 2 and self.register_elements else None
-        # Factors (sampled handles or ints) already in the accumulator tile; a fixed register
-        # width is in it from the start, whichever loop carries it.
-        used: list = [width] if width is not None else []
+        # Register-tile factors fixed by the sketch, per loop: the register width (one panel
+        # of a packed operand) and a row count that need not divide its loop.
+        fixed = {vec: width} if width is not None else {}
+        if rows is not None:
+            fixed[rows[0]] = rows[1]
+        # Factors (sampled handles or ints) already in the accumulator tile; the fixed ones
+        # are in it from the start, whichever loop carries them.
+        used: list = list(fixed.values())
 
         def sample(loop, n, levels=None):
             """Tile ``loop`` in ``n``; ``levels`` inner ones in the accumulator budget."""
@@ -304,12 +347,13 @@ class MultiLevelTiling(ScheduleRule):
         for k in (range(len(loops) - 1, -1, -1) if budget is not None else range(len(loops))):
             loop, kind = loops[k], kinds[k]
             n = n_s if kind == SPATIAL else n_r
-            if width is not None and k == vec and n >= 2:
-                # The register tile's width is fixed (one panel of a packed operand): split it
-                # off first, tile the rest over the outer levels.
-                outer, lane = sch.split(loop, [None, width])
+            if k in fixed and n >= 2:
+                # Split the fixed factor off first, tile the rest over the outer levels.  A
+                # row count that does not divide the loop makes the split guard its last
+                # iteration.
+                outer, inner = sch.split(loop, [None, fixed[k]])
                 tiles = sample(outer, n - 1, acc_levels - 1)
-                parts[k] = sch.split(outer, tiles) + [lane] if n > 2 else [outer, lane]
+                parts[k] = sch.split(outer, tiles) + [inner] if n > 2 else [outer, inner]
                 continue
             tiles = sample(loop, n, acc_levels if kind == SPATIAL and n >= 2 else None)
             parts[k] = sch.split(loop, tiles) if n > 1 else [loop]

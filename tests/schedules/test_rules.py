@@ -717,3 +717,51 @@ def test_verify_cpu_limits():
     assert "bound to threadIdx.x" in verify_cpu(sch.func)
     assert verify_gpu(sch.func, max_threads=1024, max_shared=1024) is None
     assert "threads per block" in verify_gpu(sch.func, max_threads=4, max_shared=1024)
+
+
+def _conv1x1_nchwc(width: int, blocks_in: int = 4, blocks_out: int = 2, block: int = 16):
+    """A 1x1 convolution in 16-channel blocks with bias and relu6, as MobileNetV2's late
+    pointwise tasks (7x7 and 14x14 pixels)."""
+    from tensor_ir.ops.layout import te_conv2d_nchwc
+
+    X = te.placeholder((1, blocks_in, width, width, block), "float32", name="X")
+    W = te.placeholder((blocks_out, blocks_in, 1, 1, block, block), "float32", name="W")
+    bias = te.placeholder((blocks_out, block), "float32", name="bias")
+    Y = te_conv2d_nchwc(X, W)
+    R = te.compute(Y.shape, lambda i, k, y, x, kk: te.min(
+        te.max(Y[i, k, y, x, kk] + bias[k, kk], 0.0), 6.0), name="relu6")
+    return te.create_prim_func([X, W, bias, R], name="conv1x1_nchwc")
+
+
+@pytest.mark.parametrize("width, rows", [(7, 4), (14, 5), (28, None), (56, None)])
+def test_multi_level_tiling_offers_remainder_rows_where_no_divisor_fits_avx2(width, rows):
+    # AVX2 holds 6 rows of two-register accumulators beside a panel and a broadcast.  7 and
+    # 14 pixels have no divisor near that (1 or 7, 2 or 7): a sketch more takes 4 + 3 and
+    # 5 + 5 + 4 rows through a split that guards its last iteration.  28 and 56 have 4.
+    avx2 = Target("llvm -num-cores 2 -vector-width 256")
+    func = _conv1x1_nchwc(width)
+    rule = MultiLevelTiling()
+    rule.initialize(avx2)
+    out = rule.apply(Schedule(func, seed=0), "conv2d_nchwc")
+    def splits_rows(trace):
+        return any(inst.kind == "split" and tuple(inst.inputs[1:]) == (None, rows)
+                   for inst in trace)
+
+    remainder = [s for s in out if splits_rows(s.trace)]
+    if rows is None:
+        assert not remainder
+        return
+    assert len(remainder) == 2  # one per write-back level
+    # With 32 registers 7 and 14 rows fit as they are: nothing changes there.
+    wide = _init(MultiLevelTiling()).apply(Schedule(func, seed=0), "conv2d_nchwc")
+    assert not [s for s in wide if splits_rows(s.trace)]
+    inputs = random_inputs(func, 0)
+    (expected,) = interp.evaluate(func, *inputs)
+    space = DesignSpace(func, avx2)
+    picked = [k for k, sketch in enumerate(space.sketches) if splits_rows(sketch)]
+    assert len(picked) == 2
+    for seed in range(4):
+        cand = space.sample(seed=seed, sketch=picked[seed % 2])
+        got = np.full(func.params[-1].const_shape, np.nan, np.float32)
+        autotune.build(cand.func, avx2)(*inputs, got)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
