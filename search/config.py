@@ -66,6 +66,9 @@ class SchedulerConfig:
     fail_after       failed trials in a row that set a never-successful task aside (None: 2
                      batches).
     alpha, beta, window, eps   the gradient policy's parameters.
+    share_bests      before a task's batch, the best program of each other task of the run
+                     whose decisions its sketches take is queued to be measured first (see
+                     TaskScheduler: tasks alike but for their epilogue tune as one).
     """
 
     policy: str = "gradient"
@@ -76,6 +79,7 @@ class SchedulerConfig:
     beta: float = 2.0
     window: int = 3
     eps: float = 0.05
+    share_bests: bool = True
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -90,6 +94,8 @@ class SchedulerConfig:
         if not (0 <= self.alpha <= 1 and 0 <= self.eps <= 1 and self.beta > 0):
             raise SearchError(f"need 0 <= alpha <= 1, 0 <= eps <= 1, beta > 0 (got "
                               f"alpha={self.alpha}, eps={self.eps}, beta={self.beta})")
+        if not isinstance(self.share_bests, bool):
+            raise SearchError(f"share_bests must be True or False, got {self.share_bests!r}")
         if not 0 <= self.min_improvement < 1:
             raise SearchError(f"min_improvement must be in [0, 1), got "
                               f"{self.min_improvement!r}")

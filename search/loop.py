@@ -61,6 +61,7 @@ from tensor_ir.func import PrimFunc
 
 from .config import SearchConfig
 from .measure import Builder, MeasureInput, MeasureResult, Runner, remove_artifacts
+from .mutators import sampling_signature, transplant
 from .pool import CandidatePool, PhaseTimers, SearchCandidate
 from .strategy import SearchError, SearchStrategy
 
@@ -232,6 +233,33 @@ class TuningLoop:
         self._seeds = [c for c in self._seeds if c not in seeds and self.pool.is_new(c)]
         rest = count - len(seeds)
         return seeds + (list(self.strategy.propose(rest)) if rest > 0 else [])
+
+    def adopt(self, trace: Trace, origin: str = "sibling") -> int | None:
+        """Queue another workload's program, a decided ``trace`` (e.g. a sibling task's best),
+        to be measured first: its decisions carried whole into each sketch of this space with
+        the same sampling signature (search.mutators.transplant), so a convolution takes the
+        tiling of one with the same loops and another epilogue.  Returns how many new
+        programs were queued (0: all measured or queued already); None when nothing here
+        takes the decisions (no sketch has the signature, or every replay is rejected: loops
+        of other extents), which no other trace of that signature will change."""
+        if self.result is None:
+            self.start()
+        if not hasattr(self, "_signatures"):
+            self._signatures = [sampling_signature(sk) for sk in self.space.sketches]
+        wanted = sampling_signature(trace)
+        valid, queued = False, 0
+        with self.timers.phase("search"):
+            for sketch, signature in zip(self.space.sketches, self._signatures):
+                if signature != wanted:
+                    continue
+                sc = self.pool.replay(transplant(trace, sketch), origin=origin)
+                if sc is None:
+                    continue
+                valid = True
+                if self.pool.is_new(sc) and all(sc is not c for c in self._seeds):
+                    self._seeds.append(sc)
+                    queued += 1
+        return queued if valid else None
 
     def measure_input(self, func: PrimFunc) -> MeasureInput:
         """A candidate program of this loop as the builder and runner take it."""

@@ -25,6 +25,11 @@ measured batch goes to one task, chosen by a policy:
   instead, so that no task starves on a bad estimate.
 * ``"round-robin"``: the task with the fewest trials goes next.
 
+Tasks alike but for their epilogue (a convolution ending in a residual add and the same one
+without, a matmul with and without its bias) are tuned as one search: before a task's batch,
+the best program of every other task whose decisions its sketches take is queued in its loop
+to be measured first (``share_bests``; see :meth:`TaskScheduler._offer_bests`).
+
 A task stops when it no longer improves (its best time improved by less than
 ``min_improvement`` over its last ``patience`` trials: "converged"), when its design space
 yields nothing new ("exhausted"), or when it fails: an exception from its design space or
@@ -56,6 +61,7 @@ from tensor_ir.target import Target
 
 from .config import POLICIES, SchedulerConfig, SearchConfig
 from .loop import TuningLoop, make_logger
+from .mutators import sampling_signature
 from .strategy import SearchError
 
 __all__ = ["POLICIES", "SchedulerResult", "SchedulerTask", "TaskScheduler",
@@ -253,6 +259,11 @@ class TaskScheduler:
         self.log = make_logger(log)
         self.clock = clock
         self.loops: dict[str, TuningLoop] = {}
+        self.share_bests = config.share_bests
+        # Per receiving task: (donor key, best trace hash) offered already, and (donor key,
+        # sampling signature) whose decisions its sketches do not take (see _offer_bests).
+        self._offered: dict[str, set] = {}
+        self._misfits: dict[str, set] = {}
         self.curve: list[tuple[float, int, float]] = []
         self.trials_run = 0
         self.started: float | None = None
@@ -459,6 +470,8 @@ class TaskScheduler:
                 if not isinstance(loop, TuningLoop):
                     raise SearchError(f"make_loop gave a {type(loop).__name__}, not a "
                                       f"TuningLoop")
+            if self.share_bests:
+                self._offer_bests(task, loop)
             run_before = loop.timers["run"]
             trials = loop.step(count)
         except (KeyboardInterrupt, SystemExit):
@@ -499,6 +512,28 @@ class TaskScheduler:
             self.log(f"[tune-model] {task.name}: no improvement over {self.patience} trials; "
                      f"the task is done")
             self._emit("task", task)
+
+    def _offer_bests(self, task: SchedulerTask, loop: TuningLoop) -> None:
+        """Queue in ``task``'s loop the best program of every other task tuned in this run
+        whose decisions its sketches take (TuningLoop.adopt), each best once, so that tasks
+        alike but for their epilogue tune as one.  In a ResNet-18 run without this, layer4's
+        two 512-channel 3x3 convolutions, one ending in a residual add and one not, kept
+        bests of 2.02 and 2.83 ms after 353 and 192 trials.  A donor whose decisions do not
+        fit (its loops have other extents) is not tried again with that signature, so the
+        replays this costs stay bounded by the pairs of tasks."""
+        offered = self._offered.setdefault(task.key, set())
+        misfits = self._misfits.setdefault(task.key, set())
+        for other in self.tasks:
+            donor = self.loops.get(other.key) if other is not task else None
+            best = None if donor is None or donor.result is None else donor.result.best
+            if best is None or (other.key, best.trace_hash) in offered:
+                continue
+            offered.add((other.key, best.trace_hash))
+            signature = sampling_signature(best.trace)
+            if (other.key, signature) in misfits:
+                continue
+            if loop.adopt(best.trace) is None:
+                misfits.add((other.key, signature))
 
     def _check_converged(self, task: SchedulerTask) -> bool:
         if task.trials <= self.patience or not task.active:

@@ -23,7 +23,10 @@ from search.task_scheduler import (
     TaskScheduler,
     estimated_latency,
 )
-from tensor_ir import ops
+from records import trace_hash
+from schedules.postproc import strip_postproc
+from tensor_ir import ops, te
+from tensor_ir.ops.nn import te_matmul
 from tensor_ir.target import Target
 
 TARGET = Target("llvm")
@@ -69,12 +72,14 @@ def make_tasks(weights=(4, 1, 1)):
     return tasks
 
 
-def make_factory(db, runner, fail_space=()):
+def make_factory(db, runner, fail_space=(), seeds=None):
+    """``seeds``: {task key: the seed of its search} (default 0 for every task)."""
     def make_loop(task):
         if task.key in fail_space:
             raise search.SearchError("synthetic: no sketch for this function")
         space = DesignSpace(task.func, TARGET)
-        return search.TuningLoop(space, search.create("random", seed=0),
+        seed = (seeds or {}).get(task.key, 0)
+        return search.TuningLoop(space, search.create("random", seed=seed),
                                  cost_models.create("random", seed=0), SimulationBuilder(),
                                  runner, db, config=SearchConfig(batch_size=4), log=False)
     return make_loop
@@ -343,3 +348,63 @@ def test_bad_arguments_are_named():
         TaskScheduler([tasks[0], tasks[0]], lambda t: None, db, TARGET, trials=4)
     with pytest.raises(search.SearchError, match="weight"):
         SchedulerTask("x", "k", 0, 1.0)
+
+
+def _matmul_then(n: int, epilogue: str):
+    """An n x n matmul ending in a relu, or in a residual add and a relu: two tasks alike but
+    for their epilogue, as ResNet's convolutions with and without the shortcut."""
+    a = te.placeholder((n, n), "float32", name="A")
+    b = te.placeholder((n, n), "float32", name="B")
+    c = te_matmul(a, b, name="C")
+    params = [a, b]
+    if epilogue == "add_relu":
+        r = params.append(te.placeholder((n, n), "float32", name="R")) or params[-1]
+        c = te.compute((n, n), lambda i, j: c[i, j] + r[i, j], name="add")
+    out = te.compute((n, n), lambda i, j: te.max(c[i, j], 0.0), name="relu")
+    return te.create_prim_func(params + [out], name=f"matmul_{epilogue}")
+
+
+def _sampled(trace):
+    trace = strip_postproc(trace)
+    return [trace[k].decision for k in trace.sampling_indices()]
+
+
+def test_a_loop_adopts_the_decisions_of_a_task_alike_but_for_its_epilogue():
+    donor_f, twin_f, other_f = (_matmul_then(32, "relu"), _matmul_then(32, "add_relu"),
+                                _matmul_then(16, "relu"))
+    runner = TaskRunner({f.structural_hash(): 1e-4 for f in (donor_f, twin_f, other_f)})
+    db = MemoryDatabase()
+    # Searches of one seed would sample the twin the donor's decisions themselves.
+    make_loop = make_factory(db, runner, seeds={twin_f.structural_hash(): 1})
+    donor, twin, other = (make_loop(SchedulerTask(f.name, f.structural_hash(), 1, 1.0, func=f))
+                          for f in (donor_f, twin_f, other_f))
+    donor.step(4)
+    best = donor.result.best.trace
+    queued = twin.adopt(best)
+    assert queued >= 1
+    trials = twin.step(4)
+    adopted = [t for t, _ in trials if t.origin == "sibling"]
+    assert len(adopted) == queued
+    stored = {trace_hash(r.trace()): r.trace() for r in db.records(twin_f.structural_hash())}
+    # The residual add changes the trace's blocks and names, not the decisions it carries.
+    assert all(_sampled(stored[t.trace_hash]) == _sampled(best) for t in adopted)
+    assert twin.adopt(best) == 0                # measured now: nothing new to queue
+    assert other.adopt(best) is None            # 16 x 16: the 32-wide tiles do not fit
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_the_scheduler_offers_each_task_the_bests_of_its_twins(share):
+    funcs = [_matmul_then(32, "relu"), _matmul_then(32, "add_relu"), _matmul_then(16, "relu")]
+    tasks = [SchedulerTask(name, f.structural_hash(), 1, 2.0 * 32 ** 3, func=f)
+             for name, f in zip(("donor", "twin", "other"), funcs)]
+    runner = TaskRunner({t.key: 1e-4 for t in tasks})
+    db = MemoryDatabase()
+    seeds = {t.key: k for k, t in enumerate(tasks)}
+    scheduler = TaskScheduler(tasks, make_factory(db, runner, seeds=seeds), db, TARGET, trials=36,
+                              config=SchedulerConfig(policy="round-robin", share_bests=share),
+                              search=SearchConfig(batch_size=4, remeasure_top=0))
+    scheduler.run()
+    origins = {t.name: [trial.origin for trial in scheduler.loops[t.key].result.trials]
+               for t in tasks}
+    assert ("sibling" in origins["donor"] + origins["twin"]) == share
+    assert "sibling" not in origins["other"]
