@@ -223,6 +223,7 @@ class TuningLoop:
         self.cold_bytes = int(cold_bytes)
         self.fresh_inputs = bool(fresh_inputs)
         self._seeds: list[SearchCandidate] = []
+        self._signatures: list[tuple] | None = None  # per sketch, once adopt needs them
         self._start = 0.0
         self._batches = 0
         self._predictions: list[tuple[np.ndarray, np.ndarray, int]] = []
@@ -244,7 +245,7 @@ class TuningLoop:
         of other extents), which no other trace of that signature will change."""
         if self.result is None:
             self.start()
-        if not hasattr(self, "_signatures"):
+        if self._signatures is None:
             self._signatures = [sampling_signature(sk) for sk in self.space.sketches]
         wanted = sampling_signature(trace)
         valid, queued = False, 0
