@@ -358,7 +358,8 @@ def _matmul_then(n: int, epilogue: str):
     c = te_matmul(a, b, name="C")
     params = [a, b]
     if epilogue == "add_relu":
-        r = params.append(te.placeholder((n, n), "float32", name="R")) or params[-1]
+        r = te.placeholder((n, n), "float32", name="R")
+        params.append(r)
         c = te.compute((n, n), lambda i, j: c[i, j] + r[i, j], name="add")
     out = te.compute((n, n), lambda i, j: te.max(c[i, j], 0.0), name="relu")
     return te.create_prim_func(params + [out], name=f"matmul_{epilogue}")
