@@ -117,6 +117,49 @@ def sample_perfect_tile(rng: random.Random, extent: int, n: int, max_innermost_f
     return factors
 
 
+def fit_perfect_tile(decision, extent: int, n: int, max_innermost_factor: int = 16,
+                     inner_budget: int | None = None, inner_levels: int = 1,
+                     budget_used: int = 1) -> list[int] | None:
+    """The tile of a loop of ``extent`` nearest to ``decision``, a tile decided for a loop of
+    another extent (another workload's program carried into this one): from the innermost
+    level outwards each factor is the largest divisor of the decided one that the rest of
+    the extent still takes, and the outermost level takes what is left.  The inner levels
+    are the register and cache tiles, which the decision is worth carrying for; a factor
+    that fits keeps its value.  Within the bounds of sample_perfect_tile (a prime moved out
+    of the inner levels until they hold); None when ``decision`` is not ``n`` positive ints,
+    or no tile of ``extent`` within the bounds exists."""
+    if not isinstance(decision, (list, tuple)) or len(decision) != n or n < 1 or extent < 1 \
+            or not all(isinstance(f, int) and not isinstance(f, bool) and f >= 1
+                       for f in decision):
+        return None
+    factors, rest = [1] * n, extent
+    for level in range(n - 1, 0, -1):
+        factors[level] = math.gcd(decision[level], rest)
+        rest //= factors[level]
+    factors[0] = rest
+    bound = extent if max_innermost_factor == -1 else max_innermost_factor
+    budget = None if inner_budget is None else inner_budget // max(1, budget_used)
+    inner = range(n - inner_levels, n) if budget is not None and inner_levels else range(0)
+
+    def over() -> int | None:
+        """A level whose factor breaks a bound (the innermost first), or None."""
+        if factors[-1] > bound:
+            return n - 1
+        if inner and math.prod(factors[k] for k in inner) > budget:
+            return next((k for k in reversed(inner) if factors[k] > 1), None)
+        return None
+
+    level = over()
+    while level is not None:
+        if level == 0:
+            return None  # the outermost level itself breaks a bound: nothing to move it to
+        p = prime_factors(factors[level])[0]
+        factors[level] //= p
+        factors[0] *= p
+        level = over()
+    return factors
+
+
 def sample_categorical(rng: random.Random, candidates, probs, decision=None) -> int:
     """Index of the chosen candidate, drawn with the given probabilities."""
     candidates, probs = list(candidates), list(probs)

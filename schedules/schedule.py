@@ -47,6 +47,10 @@ class Schedule:
         self._next_id = 0
         self.seed = seed
         self.rng = random.Random(seed)
+        # When set, a tile decision for a loop of another extent is fitted to this loop's
+        # (sampling.fit_perfect_tile) rather than refused: a program of another workload
+        # replayed on this one (see Trace.apply).
+        self.fit_tiles = False
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -70,6 +74,7 @@ class Schedule:
         other._symbols = dict(self._symbols)
         other._next_id = self._next_id
         other.seed = self.seed
+        other.fit_tiles = self.fit_tiles
         other.rng = random.Random()
         other.rng.setstate(self.rng.getstate())
         return other
@@ -284,6 +289,11 @@ class Schedule:
         for u in used:
             check(isinstance(u, ExprRV) or (isinstance(u, int) and not isinstance(u, bool)),
                   f"sample_perfect_tile: budget_used takes sampled factors or ints, got {u!r}")
+        if decision is not None and self.fit_tiles:
+            # None (nothing within the bounds): drawn afresh, as an undecided tile would be.
+            decision = sampling.fit_perfect_tile(
+                decision, extent, n, max_innermost_factor, inner_budget, inner_levels,
+                math.prod(int(u) for u in used))
         state = self.rng.getstate()
         try:
             factors = sampling.sample_perfect_tile(

@@ -142,18 +142,20 @@ class DesignSpace:
             self._sketch_index = {sk.to_text(): k for k, sk in enumerate(self.sketches)}
         return self._sketch_index.get(strip_postproc(trace).without_decisions().to_text())
 
-    def replay(self, trace: Trace, seed: int | None = None, sketch: int = -1
-               ) -> Candidate | None:
+    def replay(self, trace: Trace, seed: int | None = None, sketch: int = -1,
+               fit_tiles: bool = False) -> Candidate | None:
         """Replay a (possibly mutated or partly decided) trace -- a final trace is cut back at
         its post-processing marker first -- and post-process it.  None when a primitive refuses
-        it or a verifier rejects it."""
+        it or a verifier rejects it.  ``fit_tiles``: the trace's tiles were decided for loops
+        of other extents (another workload's program); fit them to this one's."""
         try:
-            return self._replay(strip_postproc(trace), seed, sketch)
+            return self._replay(strip_postproc(trace), seed, sketch, fit_tiles)
         except (ScheduleError, TensorIRError):
             return None
 
-    def _replay(self, trace: Trace, seed, index: int) -> Candidate | None:
-        sch = trace.apply(self.func, seed=seed)
+    def _replay(self, trace: Trace, seed, index: int, fit_tiles: bool = False
+                ) -> Candidate | None:
+        sch = trace.apply(self.func, seed=seed, fit_tiles=fit_tiles)
         decided = sch.trace
         if not apply_postprocs(sch, self.postprocs):
             return None

@@ -156,10 +156,12 @@ class Trace:
         return Trace(insts)
 
     # -- replay -------------------------------------------------------------------------------
-    def apply(self, func, seed: int | None = None):
+    def apply(self, func, seed: int | None = None, fit_tiles: bool = False):
         """Replay on a fresh ``Schedule(func, seed)``.  Recorded decisions are reused; a missing
-        decision is sampled from the schedule's random generator."""
+        decision is sampled from the schedule's random generator.  ``fit_tiles``: tile
+        decisions made for loops of other extents are fitted to these (Schedule.fit_tiles)."""
         sch = new_schedule(func, seed)
+        sch.fit_tiles = fit_tiles
         self.apply_to(sch)
         return sch
 

@@ -69,6 +69,10 @@ class SchedulerConfig:
     share_bests      before a task's batch, the best program of each other task of the run
                      whose decisions its sketches take is queued to be measured first (see
                      TaskScheduler: tasks alike but for their epilogue tune as one).
+    fit_bests        with share_bests: the best program of a task whose loops have other
+                     extents (a stride-2 convolution beside stride-1 ones) is offered too,
+                     its tiles fitted to the receiving task's loops, when it runs at a higher
+                     throughput than the receiver's best; one such program per batch.
     """
 
     policy: str = "gradient"
@@ -80,6 +84,7 @@ class SchedulerConfig:
     window: int = 3
     eps: float = 0.05
     share_bests: bool = True
+    fit_bests: bool = True
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -94,8 +99,10 @@ class SchedulerConfig:
         if not (0 <= self.alpha <= 1 and 0 <= self.eps <= 1 and self.beta > 0):
             raise SearchError(f"need 0 <= alpha <= 1, 0 <= eps <= 1, beta > 0 (got "
                               f"alpha={self.alpha}, eps={self.eps}, beta={self.beta})")
-        if not isinstance(self.share_bests, bool):
-            raise SearchError(f"share_bests must be True or False, got {self.share_bests!r}")
+        for name in ("share_bests", "fit_bests"):
+            if not isinstance(getattr(self, name), bool):
+                raise SearchError(f"{name} must be True or False, got "
+                                  f"{getattr(self, name)!r}")
         if not 0 <= self.min_improvement < 1:
             raise SearchError(f"min_improvement must be in [0, 1), got "
                               f"{self.min_improvement!r}")

@@ -235,32 +235,50 @@ class TuningLoop:
         rest = count - len(seeds)
         return seeds + (list(self.strategy.propose(rest)) if rest > 0 else [])
 
-    def adopt(self, trace: Trace, origin: str = "sibling") -> int | None:
+    def adopt(self, trace: Trace, origin: str = "sibling", fit: bool = False) -> int | None:
         """Queue another workload's program, a decided ``trace`` (e.g. a sibling task's best),
         to be measured first: its decisions carried whole into each sketch of this space with
         the same sampling signature (search.mutators.transplant), so a convolution takes the
         tiling of one with the same loops and another epilogue.  Returns how many new
         programs were queued (0: all measured or queued already); None when nothing here
         takes the decisions (no sketch has the signature, or every replay is rejected: loops
-        of other extents), which no other trace of that signature will change."""
+        of other extents), which no other trace of that signature will change.
+
+        ``fit``: where no replay of the decisions as they are is valid, replay them with
+        their tiles fitted to this workload's loop extents (sampling.fit_perfect_tile), so
+        that a stride-2 convolution takes the tiling of a stride-1 one with twice the input
+        channels.  None then only when the fitted replays are rejected too."""
         if self.result is None:
             self.start()
+        sketches = self._sketches_taking(trace)
+        valid, queued = False, 0
+        with self.timers.phase("search"):
+            for fitted in (False, True) if fit else (False,):
+                for sketch in sketches:
+                    # A fixed seed: a tile that cannot be fitted is drawn, reproducibly.
+                    sc = self.pool.replay(transplant(trace, sketch), origin=origin,
+                                          seed=0 if fitted else None, fit_tiles=fitted)
+                    if sc is None:
+                        continue
+                    valid = True
+                    if self.pool.is_new(sc) and all(sc is not c for c in self._seeds):
+                        self._seeds.append(sc)
+                        queued += 1
+                if valid:
+                    break
+        return queued if valid else None
+
+    def takes(self, trace: Trace) -> bool:
+        """Whether a sketch of this space has the sampling signature of ``trace`` (another
+        workload's program), so that adopt can carry its decisions."""
+        return bool(self._sketches_taking(trace))
+
+    def _sketches_taking(self, trace: Trace) -> list[Trace]:
         if self._signatures is None:
             self._signatures = [sampling_signature(sk) for sk in self.space.sketches]
         wanted = sampling_signature(trace)
-        valid, queued = False, 0
-        with self.timers.phase("search"):
-            for sketch, signature in zip(self.space.sketches, self._signatures):
-                if signature != wanted:
-                    continue
-                sc = self.pool.replay(transplant(trace, sketch), origin=origin)
-                if sc is None:
-                    continue
-                valid = True
-                if self.pool.is_new(sc) and all(sc is not c for c in self._seeds):
-                    self._seeds.append(sc)
-                    queued += 1
-        return queued if valid else None
+        return [sk for sk, signature in zip(self.space.sketches, self._signatures)
+                if signature == wanted]
 
     def measure_input(self, func: PrimFunc) -> MeasureInput:
         """A candidate program of this loop as the builder and runner take it."""

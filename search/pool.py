@@ -168,16 +168,20 @@ class CandidatePool:
             out.append(cand)
         return out
 
-    def replay(self, trace: Trace, origin: str = "mutant", seed: int | None = None
-               ) -> SearchCandidate | None:
+    def replay(self, trace: Trace, origin: str = "mutant", seed: int | None = None,
+               fit_tiles: bool = False) -> SearchCandidate | None:
         """The program of a decided (possibly mutated) trace; None when a primitive or a
         verifier rejects it.  Decisions the trace lacks are drawn from ``seed`` (pass one: a
-        fixed seed keeps the search reproducible).  Cached by the trace's text and seed."""
+        fixed seed keeps the search reproducible).  ``fit_tiles``: tiles decided for another
+        workload's loops are fitted to these (DesignSpace.replay).  Cached by the trace's
+        text, seed and fitting."""
         key = trace.to_text() if seed is None else f"{trace.to_text()}#seed={seed}"
+        if fit_tiles:
+            key += "#fit"
         if key in self._replays:
             return self._replays[key]
         self.replayed += 1
-        cand = self.space.replay(trace, seed=seed)
+        cand = self.space.replay(trace, seed=seed, fit_tiles=fit_tiles)
         sc = None if cand is None else self._wrap(cand, origin)
         if sc is None:
             self.rejected += 1

@@ -28,7 +28,10 @@ measured batch goes to one task, chosen by a policy:
 Tasks alike but for their epilogue (a convolution ending in a residual add and the same one
 without, a matmul with and without its bias) are tuned as one search: before a task's batch,
 the best program of every other task whose decisions its sketches take is queued in its loop
-to be measured first (``share_bests``; see :meth:`TaskScheduler._offer_bests`).
+to be measured first (``share_bests``; see :meth:`TaskScheduler._offer_bests`).  Tasks of
+the same loops with other extents (a stride-2 convolution and a stride-1 one, matmuls of
+other shapes) pass on their bests too, the tiles fitted to the receiver's loops, while the
+donor runs at the higher throughput: one such program per batch (``fit_bests``).
 
 A task stops when it no longer improves (its best time improved by less than
 ``min_improvement`` over its last ``patience`` trials: "converged"), when its design space
@@ -141,6 +144,12 @@ class SchedulerTask:
         self.trials += 1
         if math.isfinite(seconds):
             self.best_seconds = min(self.best_seconds, seconds)
+
+
+def _throughput(task: SchedulerTask) -> float:
+    """Work per second of ``task``'s best (0 before it has one)."""
+    seconds = task.best_seconds
+    return task.work / seconds if math.isfinite(seconds) and seconds > 0 else 0.0
 
 
 def estimated_latency(tasks: Sequence[SchedulerTask]) -> tuple[float, int]:
@@ -260,10 +269,13 @@ class TaskScheduler:
         self.clock = clock
         self.loops: dict[str, TuningLoop] = {}
         self.share_bests = config.share_bests
-        # Per receiving task: (donor key, best trace hash) offered already, and (donor key,
-        # sampling signature) whose decisions its sketches do not take (see _offer_bests).
+        self.fit_bests = config.fit_bests
+        # Per receiving task: (donor key, best trace hash) offered already, (donor key,
+        # sampling signature) whose decisions its sketches do not take, and the donors whose
+        # decisions they take only fitted (loops of other extents; see _offer_bests).
         self._offered: dict[str, set] = {}
         self._misfits: dict[str, set] = {}
+        self._reshaped: dict[str, set] = {}
         self.curve: list[tuple[float, int, float]] = []
         self.trials_run = 0
         self.started: float | None = None
@@ -519,21 +531,52 @@ class TaskScheduler:
         alike but for their epilogue tune as one.  In a ResNet-18 run without this, layer4's
         two 512-channel 3x3 convolutions, one ending in a residual add and one not, kept
         bests of 2.02 and 2.83 ms after 353 and 192 trials.  A donor whose decisions do not
-        fit (its loops have other extents) is not tried again with that signature, so the
-        replays this costs stay bounded by the pairs of tasks."""
+        fit is not tried again with that signature, so the replays this costs stay bounded
+        by the pairs of tasks.
+
+        With ``fit_bests``, a donor whose loops have other extents (the decisions replay
+        only fitted, see TuningLoop.adopt) is offered while its best runs at a higher
+        throughput (work per second) than the receiver's: one per batch, the fastest first,
+        so that these programs take at most a few of each batch.  Measured on ResNet-18:
+        layer4's stride-2 3x3 convolution (256 to 512 channels) had a best of 1.55 ms after
+        112 trials of a 2000-trial run; the tiling of the stride-1 512-channel one (2.13 ms,
+        108 GFLOPS), fitted to its 256 input channels, ran 1.27-1.36 ms, what 320 trials of
+        the stride-2 task alone reached."""
         offered = self._offered.setdefault(task.key, set())
         misfits = self._misfits.setdefault(task.key, set())
+        reshaped = self._reshaped.setdefault(task.key, set())
+        fastest = None  # (throughput, donor task, its best): the one to offer fitted
         for other in self.tasks:
             donor = self.loops.get(other.key) if other is not task else None
             best = None if donor is None or donor.result is None else donor.result.best
             if best is None or (other.key, best.trace_hash) in offered:
                 continue
-            offered.add((other.key, best.trace_hash))
             signature = sampling_signature(best.trace)
-            if (other.key, signature) in misfits:
-                continue
-            if loop.adopt(best.trace) is None:
+            if (other.key, signature) in misfits or not loop.takes(best.trace):
                 misfits.add((other.key, signature))
+                offered.add((other.key, best.trace_hash))
+                continue
+            if other.key not in reshaped:
+                offered.add((other.key, best.trace_hash))
+                if loop.adopt(best.trace) is not None:
+                    continue
+                if not self.fit_bests:
+                    misfits.add((other.key, signature))
+                    continue
+                reshaped.add(other.key)
+                offered.discard((other.key, best.trace_hash))  # offered fitted, below
+            # A donor no faster than the receiver now never will be with this best: the
+            # receiver's best only improves.
+            rate = _throughput(other)
+            if rate <= _throughput(task):
+                offered.add((other.key, best.trace_hash))
+            elif fastest is None or rate > fastest[0]:
+                fastest = (rate, other, best)
+        if fastest is not None:
+            _, other, best = fastest
+            offered.add((other.key, best.trace_hash))
+            if loop.adopt(best.trace, fit=True) is None:
+                misfits.add((other.key, sampling_signature(best.trace)))
 
     def _check_converged(self, task: SchedulerTask) -> bool:
         if task.trials <= self.patience or not task.active:

@@ -172,3 +172,66 @@ def test_conv_compute_location_and_sketch_resampling():
         check_interp(again.func, ref)
         replay = again.trace.apply(func)
         assert structural_equal(replay.func, again.func)
+
+
+# -- fitting a tile decided for another extent --------------------------------------------------
+
+def test_fit_perfect_tile_keeps_the_inner_factors_that_divide_and_moves_the_rest_out():
+    fit = sampling.fit_perfect_tile
+    assert fit((32, 1), 16, 2) == [16, 1]               # 512 -> 256 input channels
+    assert fit((16, 1, 1, 2), 32, 4) == [16, 1, 1, 2]   # the same extent: unchanged
+    assert fit((1, 1, 7, 1), 14, 4) == [2, 1, 7, 1]     # a 7-row tile of 14 rows
+    assert fit((4, 4), 8, 2) == [2, 4]
+    assert fit((1, 1, 1, 7), 16, 4) == [16, 1, 1, 1]    # 7 does not divide 16
+    assert fit((2, 6), 9, 2) == [3, 3]                  # the largest divisor of 6 that 9 takes
+
+
+def test_fit_perfect_tile_holds_the_bounds_of_sampling():
+    fit = sampling.fit_perfect_tile
+    assert fit((1, 32), 64, 2, max_innermost_factor=16) == [4, 16]
+    # inner_budget: the inner level times what earlier loops took stays within it.
+    assert fit((1, 1, 1, 16), 32, 4, inner_budget=32, inner_levels=1, budget_used=4) == \
+        [4, 1, 1, 8]
+    assert fit((1, 8), 8, 2, max_innermost_factor=-1) == [1, 8]
+    # No tile of a one-level loop within the budget.
+    assert fit((16,), 16, 1, inner_budget=8, inner_levels=1) is None
+    for bad in ((0, 16), (4,), (2.0, 8), (True, 16), None, "16"):
+        assert fit(bad, 16, 2) is None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fitted_tiles_are_valid_tiles_of_the_extent(seed):
+    rng = random.Random(seed)
+    for _ in range(50):
+        n = rng.randint(1, 4)
+        decision = [rng.choice((1, 2, 3, 4, 7, 8, 16)) for _ in range(n)]
+        extent = rng.choice((1, 6, 7, 12, 14, 16, 24, 49, 56, 64, 96))
+        innermost = rng.choice((-1, 4, 16, 64))
+        budget = rng.choice((None, 16, 64))
+        levels = rng.randint(0, n)
+        factors = sampling.fit_perfect_tile(decision, extent, n, innermost, budget, levels)
+        if factors is None:
+            continue
+        # What sample_perfect_tile accepts as a decision is a valid tile.
+        assert sampling.sample_perfect_tile(rng, extent, n, innermost, factors,
+                                            inner_budget=budget, inner_levels=levels) == factors
+
+
+def test_a_schedule_fitting_tiles_replays_a_trace_of_another_extent():
+    def tiled(n, decision=None, fit=False):
+        sch = Schedule(matmul(n, n, n)[0], seed=0)
+        sch.fit_tiles = fit
+        i, _, _ = sch.get_loops(sch.get_block("C"))
+        sch.split(i, sch.sample_perfect_tile(i, n=3, decision=decision))
+        return sch
+
+    decided = tiled(32, (2, 4, 4)).trace
+    with pytest.raises(ScheduleError, match="multiplies to 32, not the extent 24"):
+        decided.apply(matmul(24, 24, 24)[0])
+    func, ref = matmul(24, 24, 24)
+    sch = decided.apply(func, fit_tiles=True)
+    assert sch.fit_tiles
+    k = sch.trace.sampling_indices()[0]
+    assert sch.trace[k].decision == (3, 2, 4)             # inner 4 kept, 4 -> 2, 3 outside
+    check_interp(sch.func, ref)
+    assert sch.copy().fit_tiles

@@ -393,6 +393,36 @@ def test_a_loop_adopts_the_decisions_of_a_task_alike_but_for_its_epilogue():
     assert other.adopt(best) is None            # 16 x 16: the 32-wide tiles do not fit
 
 
+def test_a_loop_adopts_a_program_of_other_extents_with_its_tiles_fitted():
+    donor_f, other_f = _matmul_then(32, "relu"), _matmul_then(24, "relu")
+    runner = TaskRunner({f.structural_hash(): 1e-4 for f in (donor_f, other_f)})
+    db = MemoryDatabase()
+    make_loop = make_factory(db, runner, seeds={other_f.structural_hash(): 1})
+    donor, other = (make_loop(SchedulerTask(f.name, f.structural_hash(), 1, 1.0, func=f))
+                    for f in (donor_f, other_f))
+    donor.step(4)
+    best = donor.result.best.trace
+    assert other.adopt(best) is None            # as they are, the 32-wide tiles do not fit
+    queued = other.adopt(best, fit=True)
+    assert queued >= 1
+    trials = other.step(4)
+    adopted = [t for t, _ in trials if t.origin == "sibling"]
+    assert len(adopted) == queued
+    stored = {trace_hash(r.trace()): r.trace() for r in db.records(other_f.structural_hash())}
+    theirs = strip_postproc(best)
+    for t in adopted:
+        ours = strip_postproc(stored[t.trace_hash])
+        for a, b in zip(theirs.sampling_indices(), ours.sampling_indices()):
+            if theirs[a].kind != "sample_perfect_tile":
+                assert ours[b].decision == theirs[a].decision
+                continue
+            # Each factor of the fitted tile divides the donor's at its level, but the
+            # outermost, which takes the rest of the loop of 24.
+            assert all(f % g == 0 for f, g in zip(theirs[a].decision[1:], ours[b].decision[1:]))
+            assert math.prod(ours[b].decision) in (24, 1, 2, 3, 4, 6, 8, 12)
+    assert other.adopt(best, fit=True) == 0     # measured now
+
+
 @pytest.mark.parametrize("share", [True, False])
 def test_the_scheduler_offers_each_task_the_bests_of_its_twins(share):
     funcs = [_matmul_then(32, "relu"), _matmul_then(32, "add_relu"), _matmul_then(16, "relu")]
@@ -401,11 +431,38 @@ def test_the_scheduler_offers_each_task_the_bests_of_its_twins(share):
     runner = TaskRunner({t.key: 1e-4 for t in tasks})
     db = MemoryDatabase()
     seeds = {t.key: k for k, t in enumerate(tasks)}
+    config = SchedulerConfig(policy="round-robin", share_bests=share, fit_bests=False)
     scheduler = TaskScheduler(tasks, make_factory(db, runner, seeds=seeds), db, TARGET, trials=36,
-                              config=SchedulerConfig(policy="round-robin", share_bests=share),
-                              search=SearchConfig(batch_size=4, remeasure_top=0))
+                              config=config, search=SearchConfig(batch_size=4, remeasure_top=0))
     scheduler.run()
     origins = {t.name: [trial.origin for trial in scheduler.loops[t.key].result.trials]
                for t in tasks}
     assert ("sibling" in origins["donor"] + origins["twin"]) == share
     assert "sibling" not in origins["other"]
+
+
+@pytest.mark.parametrize("other_fast", [False, True])
+def test_the_scheduler_offers_fitted_bests_of_faster_tasks_one_a_batch(other_fast):
+    # Two tasks of other extents: each gets the other's bests, fitted, while the other runs
+    # at the higher throughput, never from the slower one (a task measured nothing yet
+    # takes what there is: the donor's best seeds the other's first batch).
+    funcs = [_matmul_then(32, "relu"), _matmul_then(24, "relu")]
+    tasks = [SchedulerTask(name, f.structural_hash(), 1, 2.0 * f.params[0].shape[0].value ** 3,
+                           func=f) for name, f in zip(("donor", "other"), funcs)]
+    runner = TaskRunner({tasks[0].key: 1e-4, tasks[1].key: 1e-6 if other_fast else 1e-3})
+    db = MemoryDatabase()
+    seeds = {t.key: k for k, t in enumerate(tasks)}
+    scheduler = TaskScheduler(tasks, make_factory(db, runner, seeds=seeds), db, TARGET, trials=40,
+                              config=SchedulerConfig(policy="round-robin"),
+                              search=SearchConfig(batch_size=4, remeasure_top=0))
+    scheduler.run()
+    loops = {t.name: scheduler.loops[t.key] for t in tasks}
+    assert ("sibling" in [t.origin for t in loops["donor"].result.trials]) == other_fast
+    origins = [t.origin for t in loops["other"].result.trials]
+    assert origins[0] == "sibling"
+    if other_fast:
+        assert "sibling" not in origins[4:]
+    # One donor best per batch, each queued in the sketches that take it.
+    per_batch = len(loops["other"].space.sketches)
+    batches = [origins[k:k + 4] for k in range(0, len(origins), 4)]
+    assert all(b.count("sibling") <= per_batch for b in batches)
