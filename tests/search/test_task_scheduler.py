@@ -348,6 +348,9 @@ def test_bad_arguments_are_named():
         TaskScheduler([tasks[0], tasks[0]], lambda t: None, db, TARGET, trials=4)
     with pytest.raises(search.SearchError, match="weight"):
         SchedulerTask("x", "k", 0, 1.0)
+    for name in ("share_bests", "fit_bests"):
+        with pytest.raises(search.SearchError, match=f"{name} must be True or False"):
+            SchedulerConfig(**{name: 1})
 
 
 def _matmul_then(n: int, epilogue: str):
