@@ -147,7 +147,7 @@ class SchedulerTask:
 
 
 def _throughput(task: SchedulerTask) -> float:
-    """Work per second of ``task``'s best (0 before it has one)."""
+    """Work per second of ``task``'s best (0 before it has one, or without work)."""
     seconds = task.best_seconds
     return task.work / seconds if math.isfinite(seconds) and seconds > 0 else 0.0
 
@@ -159,7 +159,7 @@ def estimated_latency(tasks: Sequence[SchedulerTask]) -> tuple[float, int]:
     measured = [t for t in tasks if math.isfinite(t.best_seconds)]
     if not measured:
         return (math.inf if tasks else 0.0), len(tasks)
-    rates = sorted(t.work / t.best_seconds for t in measured if t.work > 0 and t.best_seconds > 0)
+    rates = sorted(r for r in map(_throughput, measured) if r > 0)
     rate = rates[len(rates) // 2] if rates else 0.0
     total, estimated = 0.0, 0
     for t in tasks:
@@ -458,16 +458,13 @@ class TaskScheduler:
         return min(0.0, grad)
 
     def _best_similar_rate(self, task: SchedulerTask) -> float | None:
-        rates = [o.work / o.best_seconds for o in self.tasks
-                 if o is not task and o.group == task.group and o.work > 0
-                 and math.isfinite(o.best_seconds) and o.best_seconds > 0]
-        return max(rates) if rates else None
+        rates = [_throughput(o) for o in self.tasks if o is not task and o.group == task.group]
+        return max((r for r in rates if r > 0), default=None)
 
     def _expected_seconds(self, task: SchedulerTask) -> float:
         """A time for a task never measured successfully: its work at the median throughput
         of the others (1 s when nothing is known, which makes it look worth trying)."""
-        rates = sorted(o.work / o.best_seconds for o in self.tasks
-                       if math.isfinite(o.best_seconds) and o.best_seconds > 0 and o.work > 0)
+        rates = sorted(r for r in map(_throughput, self.tasks) if r > 0)
         if rates and task.work > 0:
             return task.work / rates[len(rates) // 2]
         return 1.0
