@@ -3,6 +3,7 @@
     python -m benchmarks.gemm_ceiling                       # 128x3072x768 and 96x3072x768
     python -m benchmarks.gemm_ceiling --shapes 128x768x768 --threads 2 --rounds 30
     python -m benchmarks.gemm_ceiling --threads 2 --cols 16,24 --rows 4,6,8   # AVX2 tiles
+    python -m benchmarks.gemm_ceiling --rows 4 --cols 24 --k-blocks 64,256 --unroll 1,4,8
 
 The BERT layer spends about 90% of its time in four matmuls of 128 rows (the tokens), and
 onnxruntime runs them with MLAS's hand-written AVX-512 kernel.  This command says how far
@@ -37,6 +38,16 @@ and 177 on two; MLAS ran the four shapes at 0.68-0.76 of it on two threads.  Til
 24 columns (12 accumulators, 3 panel vectors and a broadcast: the 16 registers) ran
 1.03-1.11x MLAS's time; 4x16 1.24-1.37x; 8x16 and 8x24, which need more registers than there
 are, spilled and ran 2.3-2.6x.
+
+On the same host (gemm_ceiling_2026-11-30_unroll_epyc_zen3_avx2.json, a slow spell: the
+peak read 80 and 151 GFLOPS) the 4x24 tile's k loop unrolled by 4 or 8 (``--unroll``) ran
+4-8% faster than the plain loop on the BERT shapes, 0.98-1.01x MLAS's time on two threads
+(the plain loop 1.03-1.07x), and 0.83x MLAS's time on 1024x96x64, whose panels stay in L1.
+The tuner's sketches carry no such decision: their inner reduction tile (R1) unrolls only
+the factor it splits off.  A code generator that unrolled every reduction loop around a
+register tile by up to 8 (tried, not kept) ran BERT's tuned matmuls 2-20% faster (0.96 of
+their weighted time) but ResNet-18's 1.2x slower: its Winograd matmuls' 7x16 tiles (14
+accumulators) spilled and ran 1.3-1.4x.  It has to be the search's choice, per program.
 """
 from __future__ import annotations
 
@@ -52,6 +63,7 @@ SHAPES = ((128, 3072, 768), (96, 3072, 768))  # (rows, columns, reduction): BERT
 ROWS = (8, 12)
 K_BLOCKS = (48, 256)
 PREFETCH = (0,)     # software prefetch distances (bytes) of the panel; 0: none
+UNROLL = (1,)       # steps of the k block per loop iteration (unrolled)
 COLS = 32           # two AVX-512 registers of float32 (--cols 16,24 for AVX2's 8 lanes)
 PANELS_PER_CHUNK = 4
 # Independent FMA chains of 16 lanes per thread: at least latency x ports vector registers
@@ -143,10 +155,11 @@ def fma_peak_gflops(threads: int, seconds: float = 0.1, tries: int = 5) -> float
 
 
 def schedule_gemm(func, rows: int, k_block: int, threads: int, prefetch: int = 0,
-                  cols: int = COLS):
+                  cols: int = COLS, unroll: int = 1):
     """The register-tiled, panel-packed schedule (see the module text) of a te matmul, its
     panels ``cols`` wide; ``prefetch`` > 0: the panel is prefetched that many bytes ahead
-    along the k block."""
+    along the k block; ``unroll`` > 1: the k block's loop holds that many steps of the tile
+    (unrolled) per iteration."""
     from benchmarks.matmul_schedule import annotate_register_block
     from schedules import Schedule
     from tensor_ir.codegen.llvm import PREFETCH_KEY
@@ -159,6 +172,9 @@ def schedule_gemm(func, rows: int, k_block: int, threads: int, prefetch: int = 0
     k_outer, k_inner = sch.split(k, [None, k_block])
     # Column chunks outermost: a chunk's panels stay in L2 while every row block reads them.
     sch.reorder(j_outer, i_outer, k_outer, j_panel, k_inner, i_inner, j_inner)
+    if unroll > 1:
+        k_steps = sch.split(k_inner, [None, unroll])[1]
+        sch.unroll(k_steps)
     write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, i_outer)
     pack = sch.pack_layout(block, 1, lambda kk, n: (n // cols, kk, n % cols))
@@ -173,7 +189,7 @@ def schedule_gemm(func, rows: int, k_block: int, threads: int, prefetch: int = 0
 
 
 def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b,
-          prefetch: int = 0, cols: int = COLS):
+          prefetch: int = 0, cols: int = COLS, unroll: int = 1):
     """A callable running our kernel on ``a`` and the pre-packed ``b``, checked first."""
     import numpy as np
 
@@ -184,7 +200,7 @@ def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b,
 
     target = f"llvm -num-cores {threads}"
     main, packs = split_packing(schedule_gemm(ops.matmul(m, n, k), rows, k_block,
-                                              threads, prefetch, cols).func, {1})
+                                              threads, prefetch, cols, unroll).func, {1})
     args = [a, b]
     for p in packs:
         packed = aligned_empty(tuple(p.pack.params[1].const_shape), np.float32, 64)
@@ -194,7 +210,8 @@ def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b,
     out = aligned_empty((m, n), np.float32, 64)
     kernel(*args, out)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3,
-                               err_msg=f"{rows}x{cols} tile, k block {k_block}")
+                               err_msg=f"{rows}x{cols} tile, k block {k_block}, "
+                                       f"{unroll} steps unrolled")
     return lambda: kernel(*args, out)
 
 
@@ -220,7 +237,7 @@ def _mlas(m: int, n: int, k: int, threads: int, a, b):
 
 def measure(shape: tuple[int, int, int], threads: int, rounds: int, peak: float,
             min_seconds: float = 0.3, rows_choices=ROWS, k_blocks=K_BLOCKS,
-            prefetches=PREFETCH, widths=(COLS,)) -> list[dict]:
+            prefetches=PREFETCH, widths=(COLS,), unrolls=UNROLL) -> list[dict]:
     """One row per program for ``shape`` on ``threads`` threads."""
     import numpy as np
 
@@ -238,10 +255,14 @@ def measure(shape: tuple[int, int, int], threads: int, rounds: int, peak: float,
                 if m % rows or k % k_block or n % (cols * PANELS_PER_CHUNK):
                     continue
                 for prefetch in prefetches:
-                    name = (f"ours_{rows}x{cols}_k{k_block}"
-                            + (f"_pf{prefetch}" if prefetch else ""))
-                    programs[name] = _ours(m, n, k, rows, k_block, threads, a, b, prefetch,
-                                           cols)
+                    for unroll in unrolls:
+                        if k_block % unroll:
+                            continue
+                        name = (f"ours_{rows}x{cols}_k{k_block}"
+                                + (f"_pf{prefetch}" if prefetch else "")
+                                + (f"_u{unroll}" if unroll > 1 else ""))
+                        programs[name] = _ours(m, n, k, rows, k_block, threads, a, b,
+                                               prefetch, cols, unroll)
     times = interleaved_medians(programs, rounds=rounds, min_seconds=min_seconds)
     flops = 2.0 * m * n * k
     mlas = times["mlas"]["median_s"]
@@ -293,6 +314,8 @@ def main(argv=None) -> int:
     parser.add_argument("--prefetch", type=_int_list(0), default=list(PREFETCH),
                         help="panel prefetch distances in bytes to try, 0 for none, e.g. "
                              "0,1024")
+    parser.add_argument("--unroll", type=_int_list(1), default=list(UNROLL),
+                        help="steps of the k block unrolled per iteration to try, e.g. 1,4,8")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--min-seconds", type=float, default=0.3,
                         help="least seconds per timed sample")
@@ -305,7 +328,8 @@ def main(argv=None) -> int:
         doc["peak_gflops"][str(threads)] = round(peak, 1)
         for shape in args.shapes:
             doc["results"] += measure(shape, threads, args.rounds, peak, args.min_seconds,
-                                      args.rows, args.k_blocks, args.prefetch, args.cols)
+                                      args.rows, args.k_blocks, args.prefetch, args.cols,
+                                      args.unroll)
     json.dump(doc, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -261,10 +261,11 @@ def test_gemm_ceiling_schedules_compute_the_matmul():
     m, n, k = 24, 256, 96
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((m, k), "float32"), rng.standard_normal((k, n), "float32")
-    for rows, k_block, threads, prefetch, cols in ((8, 48, 1, 0, 32), (12, 96, 2, 0, 32),
-                                                   (24, 32, 2, 1024, 32), (6, 48, 2, 0, 16)):
+    for rows, k_block, threads, prefetch, cols, unroll in (
+            (8, 48, 1, 0, 32, 1), (12, 96, 2, 0, 32, 1), (24, 32, 2, 1024, 32, 1),
+            (6, 48, 2, 0, 16, 1), (4, 48, 2, 0, 24, 8), (8, 96, 1, 0, 32, 4)):
         func = schedule_gemm(ops.matmul(m, n, k), rows, k_block, threads, prefetch,
-                             cols).func
+                             cols, unroll).func
         out = np.full((m, n), np.nan, "float32")
         autotune.build(func, f"llvm -num-cores {threads}")(a, b, out)
         np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-3,
@@ -281,6 +282,23 @@ def test_gemm_ceiling_rejects_a_malformed_shape():
         gemm_ceiling.main(["--rows", "0"])
     with pytest.raises(SystemExit):
         gemm_ceiling.main(["--prefetch", "-64"])
+    with pytest.raises(SystemExit):
+        gemm_ceiling.main(["--unroll", "0"])
+
+
+def test_gemm_ceiling_unrolls_only_where_the_k_block_divides():
+    pytest.importorskip("onnxruntime")
+    from benchmarks import gemm_ceiling
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert gemm_ceiling.main(["--shapes", "24x96x96", "--threads", "1", "--rows", "4",
+                                  "--k-blocks", "48,96", "--unroll", "1,32",
+                                  "--rounds", "2", "--min-seconds", "0.01",
+                                  "--cols", "24"]) == 0
+    names = {r["program"] for r in json.loads(buf.getvalue())["results"]}
+    # 32 divides the k block of 96, not that of 48.
+    assert names == {"mlas", "ours_4x24_k48", "ours_4x24_k96", "ours_4x24_k96_u32"}
 
 
 def test_fastmath_inputs_checks_every_function_on_every_input_set():
