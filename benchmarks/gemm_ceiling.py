@@ -41,8 +41,9 @@ are, spilled and ran 2.3-2.6x.
 
 On the same host (gemm_ceiling_2026-11-30_unroll_epyc_zen3_avx2.json, a slow spell: the
 peak read 80 and 151 GFLOPS) the 4x24 tile's k loop unrolled by 4 or 8 (``--unroll``) ran
-4-8% faster than the plain loop on the BERT shapes, 0.98-1.01x MLAS's time on two threads
-(the plain loop 1.03-1.07x), and 0.83x MLAS's time on 1024x96x64, whose panels stay in L1.
+3-8% faster than the plain loop on the BERT FFN shapes with k blocks of 256, 0.98-1.01x
+MLAS's time on two threads (the plain loop 1.03-1.07x), and 0.83x MLAS's time on
+1024x96x64, whose panels stay in L1.
 The tuner's sketches carry no such decision: their inner reduction tile (R1) unrolls only
 the factor it splits off.  A code generator that unrolled every reduction loop around a
 register tile by up to 8 (tried, not kept) ran BERT's tuned matmuls 2-20% faster (0.96 of
