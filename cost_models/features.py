@@ -90,11 +90,15 @@ from tensor_ir.visitor import collect
 # 2: the GPU block at the end of the global section (zeros for CPU programs).
 # 3: tensor_intrin_tile and tensor_intrin_calls at the end of the loop features.
 # 4: prefetch_bytes at the end of the loop features.
-FEATURE_VERSION = 4
+# 5: unroll_by after it.
+FEATURE_VERSION = 5
 
 CACHE_LINE_BYTES = 64
 # The loop annotation the LLVM codegen prefetches by (tensor_ir.codegen.llvm.PREFETCH_KEY).
 _PREFETCH_KEY = "pragma_prefetch_bytes"
+# The loop annotation the LLVM codegen copies a loop's body by (tensor_ir.codegen.llvm.
+# UNROLL_BY_KEY).
+_UNROLL_BY_KEY = "pragma_unroll_by"
 TOP_BUFFERS = 4          # buffers per store, the largest by accessed bytes first
 CURVE_POINTS = 10        # samples of the arithmetic-intensity curve over loop levels
 UNKNOWN_EXTENT = 1       # a loop extent that is not a constant and has no bound
@@ -126,7 +130,7 @@ LOOP_FEATURES = (
     "vectorized_num", "vectorized_lanes", "unrolled_num", "unrolled_prod", "parallel_num",
     "parallel_prod", "work_per_thread", "block_idx_prod", "thread_idx_prod", "vthread_prod",
     "auto_unroll_max_step", "auto_unroll_covered", "accumulate", "annotated_loops",
-    "tensor_intrin_tile", "tensor_intrin_calls", "prefetch_bytes",
+    "tensor_intrin_tile", "tensor_intrin_calls", "prefetch_bytes", "unroll_by",
 )
 
 BUFFER_FEATURES = (
@@ -294,6 +298,9 @@ class ProgramAnalysis:
     # Software prefetch distance (bytes) of the loads under the nearest enclosing loop that
     # sets one (pragma_prefetch_bytes), 0 for none.
     prefetch: np.ndarray     # [S]
+    # Copies of its body per iteration of the nearest enclosing loop annotated with
+    # pragma_unroll_by (at most its extent), 1 for none.
+    unroll_by: np.ndarray    # [S]
 
     @property
     def num_programs(self) -> int:
@@ -333,6 +340,8 @@ class _Walker:
         self.intrin_tile = 0
         # The prefetch distance in force (the nearest annotated enclosing loop's).
         self.prefetch = 0
+        # The copies per iteration in force (the nearest annotated enclosing loop's).
+        self.unroll_by = 1
 
     # -- statements ---------------------------------------------------------------------------
     def visit(self, s) -> None:
@@ -410,8 +419,13 @@ class _Walker:
         if ahead is not None:
             self.prefetch = ahead if isinstance(ahead, int) and not isinstance(ahead, bool) \
                 and ahead > 0 else 0
+        saved_copies = self.unroll_by
+        copies = s.annotation(_UNROLL_BY_KEY) if s.annotations else None
+        if copies is not None:
+            self.unroll_by = min(copies, max(self._extent(s), 1)) \
+                if isinstance(copies, int) and not isinstance(copies, bool) and copies > 1 else 1
         self.visit(s.body)
-        self.prefetch = saved
+        self.prefetch, self.unroll_by = saved, saved_copies
         self.loops.pop()
 
     def _extent(self, s: For) -> int:
@@ -438,7 +452,8 @@ class _Walker:
         accumulate = self.groups[groups[s.buffer]][1] > 0
         pinned, guards = self._guards(position)
         self.stores.append((tuple(self.loops), pinned, guards, counts, accumulate,
-                            self.kernel, self.ctr_depth > 0, self.intrin_tile, self.prefetch))
+                            self.kernel, self.ctr_depth > 0, self.intrin_tile, self.prefetch,
+                            self.unroll_by))
 
     # -- guards -------------------------------------------------------------------------------
     def _guards(self, position: dict) -> tuple[set, list]:
@@ -744,7 +759,8 @@ def analyze(func: PrimFunc, target: Target | str | None = None) -> ProgramAnalys
         is_gpu=np.array([is_gpu]),
         gpu_limits=np.array([GpuLimits.from_target(target).as_row()], dtype=np.float64),
         tensor_tile=np.array([st[7] for st in w.stores], dtype=np.float64),
-        prefetch=np.array([st[8] for st in w.stores], dtype=np.float64))
+        prefetch=np.array([st[8] for st in w.stores], dtype=np.float64),
+        unroll_by=np.array([st[9] for st in w.stores], dtype=np.float64))
 
 
 def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
@@ -818,7 +834,8 @@ def concat(analyses: Sequence[ProgramAnalysis]) -> ProgramAnalysis:
         is_gpu=cat([a.is_gpu for a in analyses]),
         gpu_limits=cat([a.gpu_limits for a in analyses]),
         tensor_tile=cat([a.tensor_tile for a in analyses]),
-        prefetch=cat([a.prefetch for a in analyses]))
+        prefetch=cat([a.prefetch for a in analyses]),
+        unroll_by=cat([a.unroll_by for a in analyses]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -910,6 +927,7 @@ def store_features(analysis: ProgramAnalysis) -> tuple[np.ndarray, np.ndarray]:
     rows[:, L["tensor_intrin_calls"]] = np.where(
         tiled, executions / np.maximum(an.tensor_tile, 1.0), 0.0)
     rows[:, L["prefetch_bytes"]] = an.prefetch
+    rows[:, L["unroll_by"]] = an.unroll_by
 
     # 3. Buffers.  Footprints when loops l..N-1 vary, per access, for every level l: the
     #    touched range of a dimension is 1 + sum_j |slope[d, j]| * (extent_j - 1), and its

@@ -146,11 +146,11 @@ def test_register_still_takes_a_plain_spec(registered):
 def _parallel_choices(space: DesignSpace) -> set:
     out = set()
     for sketch in space.sketches:
+        parallel = {inst.inputs[1] for inst in sketch if inst.kind == "annotate"
+                    and dict(inst.attrs).get("key") == "meta_schedule.parallel"}
         for inst in sketch:
-            candidates = dict(inst.attrs).get("candidates") if inst.kind == \
-                "sample_categorical" else None
-            if candidates and 1 in candidates:
-                out.add(tuple(candidates))
+            if inst.kind == "sample_categorical" and inst.outputs[0] in parallel:
+                out.add(tuple(dict(inst.attrs)["candidates"]))
     return out
 
 

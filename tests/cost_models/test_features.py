@@ -263,7 +263,7 @@ def _prefetched_matmul(outer=None, inner=None) -> PrimFunc:
 
 
 def test_prefetch_distance_is_a_feature_of_the_stores_under_it():
-    assert F.FEATURE_VERSION == 4 and F.LOOP_FEATURES[-1] == "prefetch_bytes"
+    assert F.FEATURE_VERSION >= 4 and "prefetch_bytes" in F.LOOP_FEATURES
     funcs = [_prefetched_matmul(), _prefetched_matmul(inner=1024), _prefetched_matmul(2048),
              _prefetched_matmul(2048, 0), _prefetched_matmul(512, 1024)]
     # The update store sits under both k loops; the nearest annotation wins, 0 switches off.
@@ -274,4 +274,29 @@ def test_prefetch_distance_is_a_feature_of_the_stores_under_it():
     # Nothing else tells the programs apart: the loops and accesses are the same.
     differ = {F.FEATURE_NAMES[c] for c in np.flatnonzero((rows != rows[0]).any(axis=0))}
     assert differ and all(n.endswith("prefetch_bytes") or n.endswith("annotated_loops")
+                          for n in differ), differ
+
+
+def _copied_matmul(outer=None, inner=None) -> PrimFunc:
+    """The same matmul; ``outer`` / ``inner`` annotate its k block loop (4 iterations) / the
+    loop inside it (24) with copies per iteration."""
+    sch = Schedule(tiled_matmul())
+    k_outer, k_inner = sch.get_loops(sch.get_block("C"))[2:4]
+    for loop, copies in ((k_outer, outer), (k_inner, inner)):
+        if copies is not None:
+            sch.annotate(loop, "pragma_unroll_by", copies)
+    return sch.func
+
+
+def test_copies_per_iteration_are_a_feature_of_the_stores_under_them():
+    assert F.FEATURE_VERSION == 5 and F.LOOP_FEATURES[-1] == "unroll_by"
+    funcs = [_copied_matmul(), _copied_matmul(inner=8), _copied_matmul(8),
+             _copied_matmul(8, 1), _copied_matmul(2, 4)]
+    # The nearest annotation wins, at most the loop's extent; 1 switches copies off.
+    got = [max(r["unroll_by"] for r in raw_rows(f)) for f in funcs]
+    assert got == [1, 8, 4, 1, 4]
+    rows = extract(funcs)
+    assert value(rows[1], "max.unroll_by") == log2p(8)
+    differ = {F.FEATURE_NAMES[c] for c in np.flatnonzero((rows != rows[0]).any(axis=0))}
+    assert differ and all(n.endswith("unroll_by") or n.endswith("annotated_loops")
                           for n in differ), differ

@@ -16,7 +16,7 @@ from schedules.postproc import (
 from schedules.rules import create, default_rules
 from schedules.rules.auto_inline import AutoInline
 from schedules.rules.multi_level_tiling import (
-    PREFETCH_BYTES, PREFETCH_KEY, TILING_KEY, MultiLevelTiling,
+    PREFETCH_BYTES, PREFETCH_KEY, TILING_KEY, UNROLL_BY, UNROLL_BY_KEY, MultiLevelTiling,
 )
 from schedules.rules.packing import plan_packing
 from schedules.rules.parallel_vectorize_unroll import (
@@ -203,6 +203,85 @@ def test_multi_level_tiling_prefetch_options():
     for bad in ((-512,), (1.5,), (True,), ("1024",)):
         with pytest.raises(ScheduleError, match="prefetch_bytes"):
             MultiLevelTiling(prefetch_bytes=bad)
+
+
+def _unroll_samples(trace, candidates=UNROLL_BY) -> list[int]:
+    feeds = {inst.inputs[1]: dict(inst.attrs)["key"] for inst in trace
+             if inst.kind == "annotate" and len(inst.inputs) > 1}
+    return [k for k, inst in enumerate(trace) if inst.kind == "sample_categorical"
+            and feeds.get(inst.outputs[0]) == UNROLL_BY_KEY
+            and list(dict(inst.attrs)["candidates"]) == list(candidates)]
+
+
+def test_multi_level_tiling_samples_copies_of_the_register_tile_step():
+    from tensor_ir.codegen.llvm import UNROLL_BY_KEY as CODEGEN_KEY
+    assert UNROLL_BY_KEY == CODEGEN_KEY
+    func, ref = matmul(64, 96, 64)
+    space = DesignSpace(func, TARGET)
+    assert all(len(_unroll_samples(sketch)) == 1 for sketch in space.sketches)
+    a, b = random_inputs(func, 3)
+    for k in range(len(space.sketches)):
+        # A candidate whose innermost reduction level has a few iterations to copy.
+        cand = next(c for c in (space.sample(seed=k + 100 * s, sketch=k) for s in range(30))
+                    if [lp for lp in _loops(c.func, "C")
+                        if lp.loop_var.name[0] == "k"][-1].extent.value >= 4)
+        (index,) = _unroll_samples(cand.trace)
+        for decision, copies in enumerate(UNROLL_BY):
+            got = space.replay(cand.trace.with_decision(index, decision))
+            # The annotation sits on the loop right around the register tile, R1 of SSRSRS.
+            marked = [lp for lp in _loops(got.func, "C") if UNROLL_BY_KEY in dict(lp.annotations)]
+            assert [lp.annotation(UNROLL_BY_KEY) for lp in marked] == [copies]
+            reduce_loops = [lp for lp in _loops(got.func, "C") if lp.loop_var.name[0] == "k"]
+            assert marked[0] is reduce_loops[-1]
+            kernel = autotune.build(got.func, TARGET)
+            out = np.full((64, 96), np.nan, np.float32)
+            kernel(a, b, out)
+            np.testing.assert_allclose(out, ref(a, b), rtol=1e-4, atol=1e-4)
+            heads = re.findall(r'^"?([\w.]+)\.head"?:', kernel.get_source("ll-raw"), re.M)
+            name = reduce_loops[-1].loop_var.name
+            if copies == 1:
+                assert not any(".by" in h for h in heads)
+            else:
+                # Copied, or unrolled whole where the candidate's auto-unroll step covers it.
+                assert f"{name}.by{copies}" in heads or name not in heads, (copies, heads)
+
+
+def test_multi_level_tiling_copies_the_last_reduction_that_walks():
+    # A 1x1 convolution's window loops have one iteration each: the channel loop is the one
+    # around the register tile once they fold away.
+    func, ref = conv2d(c=64, h=8, w=8, f=16, r=1, pad=0)
+    rule = _init(MultiLevelTiling())
+    for sch in rule.apply(Schedule(func, seed=0), "conv"):
+        (index,) = _unroll_samples(sch.trace)
+        marked = [lp for lp in _loops(sch.func, "conv") if UNROLL_BY_KEY in dict(lp.annotations)]
+        assert len(marked) == 1 and marked[0].loop_var.name.startswith("rc")
+    # A 3x3 window walks: its last loop (rx) carries it.
+    func, ref = conv2d(c=8, h=8, w=8, f=16)  # 72 steps: a long reduction
+    for sch in rule.apply(Schedule(func, seed=0), "conv"):
+        marked = [lp for lp in _loops(sch.func, "conv") if UNROLL_BY_KEY in dict(lp.annotations)]
+        assert len(marked) == 1 and marked[0].loop_var.name.startswith("rx")
+
+
+def test_multi_level_tiling_unroll_options():
+    func, _ = matmul(64, 64, 64)
+    assert all(_unroll_samples(sch.trace)
+               for sch in _init(MultiLevelTiling()).apply(Schedule(func, seed=0), "C"))
+    for rule, target in ((MultiLevelTiling(unroll_by=()), TARGET),
+                         (MultiLevelTiling(unroll_by=(1,)), TARGET),
+                         (MultiLevelTiling(), Target("opencl"))):
+        rule.initialize(target)
+        for sch in rule.apply(Schedule(func, seed=0), "C"):
+            assert not _unroll_samples(sch.trace)
+    # A short reduction (a pooling or depthwise window) has its tile in registers already.
+    short, _ = matmul(64, 64, 9)
+    assert not any(_unroll_samples(sch.trace)
+                   for sch in _init(MultiLevelTiling()).apply(Schedule(short, seed=0), "C"))
+    rule = _init(MultiLevelTiling(unroll_by=(2, 16)))
+    sketches = rule.apply(Schedule(func, seed=0), "C")
+    assert all(len(_unroll_samples(sch.trace, (2, 16))) == 1 for sch in sketches)
+    for bad in ((0,), (1.5,), (True,), ("4",)):
+        with pytest.raises(ScheduleError, match="unroll_by"):
+            MultiLevelTiling(unroll_by=bad)
 
 
 def test_multi_level_tiling_fuses_an_elementwise_consumer():

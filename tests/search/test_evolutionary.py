@@ -104,12 +104,21 @@ def test_categorical_mutators_split_parallel_unroll_and_others(space):
         for m in (MutateParallel(), MutateUnroll(), MutateCategorical()):
             if m.applies(trace, index):
                 kinds.setdefault(m.name, []).append(index)
-    # matmul on a multi-core target: one parallel and one unroll categorical, no other.
+    # matmul on a multi-core target: one parallel and one unroll categorical, and the
+    # register tile's copies per reduction step (and its panel prefetch where packed), which
+    # the generic mutator takes.
     assert len(kinds.get("unroll", [])) == 1
-    assert "categorical" not in kinds
+    feeds = {dict(inst.attrs)["key"]: inst.inputs[1] for inst in trace
+             if inst.kind == "annotate" and len(inst.inputs) > 1}
+    others = {k for k in feeds if k.startswith("pragma_")}
+    assert "pragma_unroll_by" in others <= {"pragma_unroll_by", "pragma_prefetch_bytes"}
+    assert sorted(kinds["categorical"]) == sorted(
+        k for k, inst in enumerate(trace) if inst.kind == "sample_categorical"
+        and inst.outputs[0] in {feeds[key] for key in others})
     rng = random.Random(1)
     for name, indices in kinds.items():
-        m = {"parallel": MutateParallel(), "unroll": MutateUnroll()}[name]
+        m = {"parallel": MutateParallel(), "unroll": MutateUnroll(),
+             "categorical": MutateCategorical()}[name]
         index = indices[0]
         n = len(dict(trace[index].attrs)["candidates"])
         for _ in range(20):
