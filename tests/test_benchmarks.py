@@ -313,3 +313,80 @@ def test_fastmath_inputs_checks_every_function_on_every_input_set():
         (f, i) for f in fastmath_inputs.FUNCTIONS for i in ("std1", "std9", "masked")}
     for row in doc["results"]:
         assert row["median_ms"] > 0 and row["max_error"] < 1e-6, row
+
+
+def _recorded_copies(db_path: str, copies: int) -> str:
+    """A database holding, for the small BERT layer's first task with a register tile, one
+    record of a candidate whose tile takes ``copies`` copies per reduction step; its name."""
+    import autotune
+    from autotune.tune_model import model_tasks
+    from benchmarks.decision_ab import decision_indices
+    from records import Database, TuningRecord
+    from schedules.space import DesignSpace
+
+    model = autotune.load_model("bert_base_layer", seq=16, hidden=64, heads=2, ffn=128)
+    target = autotune.Target("llvm -num-cores 2")
+    for task in model_tasks(model):
+        space = DesignSpace(task.func, target)
+        for seed in range(40):
+            cand = space.sample(seed=seed)
+            (k,) = decision_indices(cand.trace, "pragma_unroll_by") or (None,)
+            if k is not None and dict(cand.trace[k].attrs)["candidates"][
+                    cand.trace[k].decision] == copies:
+                with Database(db_path) as db:
+                    db.commit_workload(task.func, task.name)
+                    db.commit_records([TuningRecord(task.key, str(target), cand.trace,
+                                                    run_times=(1e-3,))])
+                return task.name
+    raise AssertionError("no task samples a register tile's copies")
+
+
+def test_decision_ab_times_a_record_beside_its_changed_decision(tmp_path):
+    from benchmarks import decision_ab
+
+    db = str(tmp_path / "ab.db")
+    name = _recorded_copies(db, 8)
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert decision_ab.main(["--small", "--model", "bert_base_layer", "--db", db,
+                                 "--rounds", "2"]) == 0
+    doc = json.loads(buf.getvalue())
+    (row,) = doc["tasks"]
+    assert row["task"] == name and row["chosen"] == 8 and row["calls"] >= 1
+    assert row["recorded_ms"] > 0 and row["changed_ms"] > 0
+    assert row["ratio"] == round(row["recorded_ms"] / row["changed_ms"], 3)
+    assert doc["weighted_ms"]["recorded"] == pytest.approx(row["recorded_ms"] * row["calls"],
+                                                           rel=1e-3)
+    assert name not in doc["skipped"] and len(doc["skipped"]) >= 1  # tasks without a record
+    # A value the record already takes, or one not among the candidates: nothing to time.
+    for value in ("8", "3"):
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            assert decision_ab.main(["--small", "--model", "bert_base_layer", "--db", db,
+                                     "--value", value, "--rounds", "1"]) == 0
+        doc = json.loads(buf.getvalue())
+        assert doc["tasks"] == [] and doc["weighted_ratio"] is None and name in doc["skipped"]
+    with pytest.raises(SystemExit):
+        decision_ab.main(["--model", "bert_base_layer", "--db", str(tmp_path / "none.db")])
+
+
+def test_decision_ab_changes_every_decision_the_annotation_takes():
+    from benchmarks.decision_ab import changed, decision_indices
+    from schedules.space import DesignSpace
+    from tensor_ir import ops
+
+    space = DesignSpace(ops.matmul(64, 96, 128), "llvm -num-cores 2")
+
+    def copies(trace) -> int:
+        (k,) = decision_indices(trace, "pragma_unroll_by")
+        return dict(trace[k].attrs)["candidates"][trace[k].decision]
+
+    trace = next(c.trace for c in (space.sample(seed=s) for s in range(40))
+                 if copies(c.trace) == 4)
+    chosen, other = changed(trace, "pragma_unroll_by", 1)
+    assert chosen == [4]
+    (k,) = decision_indices(other, "pragma_unroll_by")
+    assert other[k].decision == 0 and trace[k].decision != 0
+    assert changed(trace, "pragma_unroll_by", 4) is None   # already taken
+    assert changed(trace, "pragma_unroll_by", 2) is None   # not a candidate
+    assert changed(trace, "no_such_annotation", 1) is None
