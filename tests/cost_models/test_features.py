@@ -251,15 +251,19 @@ def test_feature_speed_benchmark_prints_json():
     assert all(r["ms_per_candidate"] > 0 for r in doc["results"])
 
 
-def _prefetched_matmul(outer=None, inner=None) -> PrimFunc:
+def _annotated_matmul(key: str, outer=None, inner=None) -> PrimFunc:
     """The prefetch codegen test's 8x32-tiled matmul; ``outer`` / ``inner`` annotate its k
-    block loop / the loop inside it with a prefetch distance."""
+    block loop (4 iterations) / the loop inside it (24) with ``key``."""
     sch = Schedule(tiled_matmul())
     k_outer, k_inner = sch.get_loops(sch.get_block("C"))[2:4]
-    for loop, ahead in ((k_outer, outer), (k_inner, inner)):
-        if ahead is not None:
-            sch.annotate(loop, "pragma_prefetch_bytes", ahead)
+    for loop, value in ((k_outer, outer), (k_inner, inner)):
+        if value is not None:
+            sch.annotate(loop, key, value)
     return sch.func
+
+
+def _prefetched_matmul(outer=None, inner=None) -> PrimFunc:
+    return _annotated_matmul("pragma_prefetch_bytes", outer, inner)
 
 
 def test_prefetch_distance_is_a_feature_of_the_stores_under_it():
@@ -278,14 +282,7 @@ def test_prefetch_distance_is_a_feature_of_the_stores_under_it():
 
 
 def _copied_matmul(outer=None, inner=None) -> PrimFunc:
-    """The same matmul; ``outer`` / ``inner`` annotate its k block loop (4 iterations) / the
-    loop inside it (24) with copies per iteration."""
-    sch = Schedule(tiled_matmul())
-    k_outer, k_inner = sch.get_loops(sch.get_block("C"))[2:4]
-    for loop, copies in ((k_outer, outer), (k_inner, inner)):
-        if copies is not None:
-            sch.annotate(loop, "pragma_unroll_by", copies)
-    return sch.func
+    return _annotated_matmul("pragma_unroll_by", outer, inner)
 
 
 def test_copies_per_iteration_are_a_feature_of_the_stores_under_them():

@@ -169,23 +169,32 @@ def test_multi_level_tiling_samples_the_panel_prefetch_of_packed_sketches():
     for k in packed:
         # A candidate whose innermost reduction level walks (a level of one iteration is
         # folded away, leaving the annotation nothing to prefetch along).
-        cand = next(c for c in (space.sample(seed=k + 100 * s, sketch=k) for s in range(20))
-                    if [lp for lp in _loops(c.func, "C")
-                        if lp.loop_var.name[0] == "k"][-1].extent.value > 1)
-        (index,) = _prefetch_samples(cand.trace)
-        for decision, distance in enumerate(PREFETCH_BYTES):
-            got = space.replay(cand.trace.with_decision(index, decision))
-            # The annotation sits on the innermost reduction level's loop, R1 of SSRSRS.
-            marked = [lp for lp in _loops(got.func, "C") if PREFETCH_KEY in dict(lp.annotations)]
-            assert [lp.annotation(PREFETCH_KEY) for lp in marked] == [distance]
-            reduce_loops = [lp for lp in _loops(got.func, "C") if lp.loop_var.name[0] == "k"]
-            assert marked[0] is reduce_loops[-1]
-            kernel = autotune.build(got.func, TARGET)
-            out = np.full((64, 96), np.nan, np.float32)
-            kernel(a, b, out)
-            np.testing.assert_allclose(out, ref(a, b), rtol=1e-4, atol=1e-4)
+        for distance, kernel, _ in _built_with_each(space, k, _prefetch_samples, PREFETCH_KEY,
+                                                    PREFETCH_BYTES, 2, (a, b), ref):
             calls = len(re.findall(r'call void @"?llvm\.prefetch', kernel.get_source("ll-raw")))
             assert (calls > 0) == (distance > 0), (distance, calls)
+
+
+def _built_with_each(space, k: int, samples, key: str, values, min_extent: int, args, ref):
+    """Sketch ``k``'s first candidate whose innermost reduction loop has ``min_extent``
+    iterations or more, built with each of ``values`` for the decision ``samples`` finds in
+    its trace: checks that the annotation ``key`` sits on that loop (R1 of SSRSRS) with the
+    value, and the results; yields ``(value, kernel, the loop's name)``."""
+    cand = next(c for c in (space.sample(seed=k + 100 * s, sketch=k) for s in range(30))
+                if [lp for lp in _loops(c.func, "C")
+                    if lp.loop_var.name[0] == "k"][-1].extent.value >= min_extent)
+    (index,) = samples(cand.trace)
+    for decision, value in enumerate(values):
+        got = space.replay(cand.trace.with_decision(index, decision))
+        marked = [lp for lp in _loops(got.func, "C") if key in dict(lp.annotations)]
+        assert [lp.annotation(key) for lp in marked] == [value]
+        reduce_loops = [lp for lp in _loops(got.func, "C") if lp.loop_var.name[0] == "k"]
+        assert marked[0] is reduce_loops[-1]
+        kernel = autotune.build(got.func, TARGET)
+        out = np.full((64, 96), np.nan, np.float32)
+        kernel(*args, out)
+        np.testing.assert_allclose(out, ref(*args), rtol=1e-4, atol=1e-4)
+        yield value, kernel, reduce_loops[-1].loop_var.name
 
 
 def test_multi_level_tiling_prefetch_options():
@@ -222,23 +231,9 @@ def test_multi_level_tiling_samples_copies_of_the_register_tile_step():
     a, b = random_inputs(func, 3)
     for k in range(len(space.sketches)):
         # A candidate whose innermost reduction level has a few iterations to copy.
-        cand = next(c for c in (space.sample(seed=k + 100 * s, sketch=k) for s in range(30))
-                    if [lp for lp in _loops(c.func, "C")
-                        if lp.loop_var.name[0] == "k"][-1].extent.value >= 4)
-        (index,) = _unroll_samples(cand.trace)
-        for decision, copies in enumerate(UNROLL_BY):
-            got = space.replay(cand.trace.with_decision(index, decision))
-            # The annotation sits on the loop right around the register tile, R1 of SSRSRS.
-            marked = [lp for lp in _loops(got.func, "C") if UNROLL_BY_KEY in dict(lp.annotations)]
-            assert [lp.annotation(UNROLL_BY_KEY) for lp in marked] == [copies]
-            reduce_loops = [lp for lp in _loops(got.func, "C") if lp.loop_var.name[0] == "k"]
-            assert marked[0] is reduce_loops[-1]
-            kernel = autotune.build(got.func, TARGET)
-            out = np.full((64, 96), np.nan, np.float32)
-            kernel(a, b, out)
-            np.testing.assert_allclose(out, ref(a, b), rtol=1e-4, atol=1e-4)
+        for copies, kernel, name in _built_with_each(space, k, _unroll_samples, UNROLL_BY_KEY,
+                                                     UNROLL_BY, 4, (a, b), ref):
             heads = re.findall(r'^"?([\w.]+)\.head"?:', kernel.get_source("ll-raw"), re.M)
-            name = reduce_loops[-1].loop_var.name
             if copies == 1:
                 assert not any(".by" in h for h in heads)
             else:

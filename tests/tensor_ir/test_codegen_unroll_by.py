@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
 import autotune
@@ -14,7 +13,8 @@ from tensor_ir.codegen import llvm as llvm_codegen
 from tensor_ir.codegen.llvm import MAX_UNROLL_BY, PREFETCH_KEY, UNROLL_BY_KEY
 from tensor_ir.errors import BuildError
 
-M, N, K = 16, 64, 96
+from .test_codegen_prefetch import K, M, N, run  # run: built, called, checked against numpy
+
 K_BLOCK = 24
 
 
@@ -38,17 +38,6 @@ def tiled_matmul(copies=None, prefetch=None):
     if prefetch is not None:
         sch.annotate(k_inner, PREFETCH_KEY, prefetch)
     return sch.func
-
-
-def run(func):
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K), dtype=np.float32)
-    b = rng.standard_normal((K, N), dtype=np.float32)
-    out = np.full((M, N), np.nan, np.float32)
-    kernel = autotune.build(func)
-    kernel(a, b, out)
-    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
-    return kernel
 
 
 def tile_steps(kernel) -> int:
