@@ -76,13 +76,14 @@ def compare(name: str, database: str, key: str = DEFAULT_KEY, value: int = 1,
     with Database(database, readonly=True) as db:
         for task in model_tasks(model):
             best = db.best_k(task.key, str(target), 1)
-            pair = changed(strip_postproc(best[0].trace()), key, value) if best else None
+            recorded = strip_postproc(best[0].trace()) if best else None
+            pair = changed(recorded, key, value) if best else None
             if pair is None:
                 skipped.append(task.name)
                 continue
             chosen, other = pair
             space = DesignSpace(task.func, target)
-            programs = (space.replay(strip_postproc(best[0].trace())), space.replay(other))
+            programs = (space.replay(recorded), space.replay(other))
             if any(p is None for p in programs):
                 skipped.append(task.name)  # the trace no longer replays here
                 continue
