@@ -567,87 +567,14 @@ def _can_join(group: FusedGroup, node: Node, model: Model) -> str | None:
     return None
 
 
-# Operators that only move elements (a read of the input at remapped indices, no arithmetic,
-# no condition): a chain of them may fuse into the matmul that reads it (see fuse_ops).
-_MOVEMENT_OPS = ("slice", "transpose", "reshape", "identity")
-
-
-def splits_axes(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
-    """Whether a reshape of ``src`` into ``dst`` only splits axes (each axis of ``src``, ones
-    aside, is the product of consecutive axes of ``dst``): its inlined indices are then
-    linear in the output's (a merge needs a floordiv and a floormod per element)."""
-    src = [d for d in src if d != 1]
-    dst = [d for d in dst if d != 1]
-    j = 0
-    for extent in src:
-        product = 1
-        while product < extent and j < len(dst):
-            product *= dst[j]
-            j += 1
-        if product != extent:
-            return False
-    return j == len(dst)
-
-
-def _movement_chain(group: FusedGroup, model: Model) -> bool:
-    """An injective group of element moves whose inlined reads stay affine and walk the
-    source's innermost axis along their own innermost axis.  A transpose that moves the
-    innermost axis is left to its own kernel: a matmul reading through it loads each vector
-    element by element (BERT's K heads fused so ran QK^T 0.53 ms against 0.24 ms for the
-    transpose kernel and the matmul, 64 trials each)."""
-    for node in group.nodes:
-        if node.op not in _MOVEMENT_OPS:
-            return False
-        if node.op == "transpose" and node.attrs["perm"][-1] != len(node.attrs["perm"]) - 1:
-            return False
-        if node.op == "reshape" and not splits_axes(model.types[node.inputs[0]].shape,
-                                                     model.types[node.output].shape):
-            return False
-        if node.op == "slice" and any(s != 1 for s in node.attrs["step"]):
-            return False
-    return True
-
-
 def fuse_ops(model: Model) -> list[FusedGroup]:
-    """Partition the nodes into fused groups, in topological order.
-
-    Besides the rules above, a matmul takes the chains of element moves (slice, transpose,
-    a reshape that splits axes) that feed it and nothing else: it reads its operands through
-    their remapped indices instead of a kernel writing the moved copy first.  In the
-    BERT-base layer the Q, K and V heads are slices of one projection, transposed per head:
-    three kernels that ran 0.19 ms in a 17 ms model on 2 Zen 3 cores, more than three times
-    their time alone, because each reads a 1.2 MB result the two cores had just written.  The
-    matmul's packed operand (K, V) is copied in the kernel anyway, and its broadcast operand
-    (Q) is read row by row either way."""
+    """Partition the nodes into fused groups, in topological order."""
     groups: list[FusedGroup] = []
     group_of: dict[str, FusedGroup] = {}
     outputs = set(model.outputs)
     consumers = model.consumers
-
-    def movement_input(value: str, node: Node) -> FusedGroup | None:
-        group = group_of.get(value)
-        if group is None or group.kind != INJECTIVE or group.output != value:
-            return None
-        if value in outputs or len(consumers.get(value, [])) != 1 or \
-                node.inputs.count(value) != 1:
-            return None
-        return group if _movement_chain(group, model) else None
-
     for node in model.nodes:
         kind = node.kind
-        if kind == COMPUTE and node.op == "matmul":
-            moved = [g for g in (movement_input(v, node) for v in node.inputs) if g is not None]
-            if moved:
-                group = moved[0]
-                for other in moved[1:]:
-                    group.nodes.extend(other.nodes)
-                    groups.remove(other)
-                    for n in other.nodes:
-                        group_of[n.output] = group
-                group.nodes.append(node)
-                group.kind = COMPUTE
-                group_of[node.output] = group
-                continue
         chosen = None
         for value in dict.fromkeys(node.inputs):
             group = group_of.get(value)

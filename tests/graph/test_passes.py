@@ -9,10 +9,8 @@ from autotune.graph import (
     fold_batch_norm, fold_constants, fuse_ops, group_func, optimize, plan_memory,
 )
 from autotune.frontends import get_model
-from autotune.graph.passes import splits_axes
-from autotune.model_build import build_model
 
-from .helpers import TARGET, conv_bn_relu_model, random_inputs
+from .helpers import conv_bn_relu_model, random_inputs
 
 
 def test_builder_infers_types_and_prints():
@@ -135,55 +133,6 @@ def test_fusion_of_injective_chains_and_reductions():
     groups = fuse_ops(model)
     assert [g.name for g in groups] == ["fused_slice_reshape_transpose",
                                         "fused_add_softmax_multiply"]
-
-
-def _attention_heads_model():
-    """Attention's heads: Q, K and V slices of one projection, split per head and
-    transposed (K with its innermost axis moved), then joined again for a projection."""
-    b = GraphBuilder("heads")
-    x = b.input("x", (1, 8, 36))
-    heads = []
-    for part, perm in enumerate(((0, 2, 1, 3), (0, 2, 3, 1), (0, 2, 1, 3))):
-        y = b.op("slice", [x], begin=(0, 0, 12 * part), end=(1, 8, 12 * part + 12),
-                 step=(1, 1, 1))
-        y = b.op("reshape", [y], shape=(1, 8, 3, 4))
-        heads.append(b.op("transpose", [y], perm=perm))
-    q, k, v = heads
-    y = b.op("multiply", [b.op("matmul", [q, k]), b.constant(np.array(0.5, np.float32))])
-    y = b.op("transpose", [b.op("matmul", [y, v])], perm=(0, 2, 1, 3))
-    y = b.op("reshape", [y], shape=(1, 8, 12))
-    rng = np.random.default_rng(0)
-    b.output(b.op("matmul", [y, b.constant(rng.standard_normal((12, 5)).astype(np.float32))]),
-             "out")
-    return b.build()
-
-
-def test_a_matmul_takes_the_element_moves_that_feed_it():
-    model = _attention_heads_model()
-    groups = fuse_ops(model)
-    assert [g.name for g in groups] == [
-        "fused_slice_reshape_transpose",  # K: its innermost axis moves, a kernel of its own
-        "fused_slice_reshape_transpose_matmul_multiply",  # Q read through its moves
-        "fused_slice_reshape_transpose_matmul",  # V likewise
-        "fused_transpose_reshape",  # a reshape that merges axes is not taken
-        "fused_matmul"]
-    assert groups[1].inputs[0] == "x"
-    plan = plan_memory(model, groups)
-    moved_q = groups[1].nodes[2].output
-    assert moved_q in model.types and moved_q not in plan.storage  # never written
-    lib = build_model(model, TARGET)
-    assert len(lib.steps) == 5
-    inputs = random_inputs(model, 1)
-    np.testing.assert_allclose(lib.run(inputs)["out"], model.evaluate(inputs)["out"],
-                               rtol=1e-4, atol=1e-5)
-
-
-def test_reshapes_that_only_split_axes():
-    assert splits_axes((1, 128, 768), (1, 128, 12, 64))
-    assert splits_axes((6, 4), (2, 3, 4))
-    assert not splits_axes((1, 128, 12, 64), (1, 128, 768))  # a merge
-    assert not splits_axes((6, 4), (4, 6))
-    assert not splits_axes((6, 4), (3, 8))
 
 
 def test_groups_are_in_topological_order_with_residual_branches():
