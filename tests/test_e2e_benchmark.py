@@ -69,13 +69,21 @@ def test_e2e_prints_json_and_resumes(tmp_path):
         assert sum(alone) == pytest.approx(b["tasks_retimed_ms"], rel=1e-9)
         assert all(k["model_vs_alone"] == round(k["model_ms"] / k["alone_ms"], 3)
                    for k in b["kernels"] if "alone_ms" in k)
-        assert b["tuned_vs_tasks_retimed"] > 0
+        assert b["tuned_vs_tasks_retimed"] > 0 and b["retime_rounds"] == 2
     # Run again: the budgets are already reached, nothing is measured.
     buf = io.StringIO()
     with redirect_stdout(buf):
         assert e2e.main(args) == 0
     (entry,) = json.loads(buf.getvalue())["models"]
     assert [b["trials_this_run"] for b in entry["budgets"]] == [0, 0]
+
+
+def test_e2e_refuses_a_retime_without_rounds(capsys):
+    from benchmarks import e2e
+
+    with pytest.raises(SystemExit):
+        e2e.main(["--small", "--models", "bert_base_layer", "--retime-rounds", "0"])
+    assert "--retime-rounds must be at least 1" in capsys.readouterr().err
 
 
 def test_e2e_compare_times_each_database_s_build_beside_onnxruntime(tmp_path):
