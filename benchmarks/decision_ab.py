@@ -24,7 +24,7 @@ import os
 import statistics
 import sys
 
-from benchmarks.e2e import MODELS, SMALL_OPTIONS
+from benchmarks.e2e import MODELS, SMALL_OPTIONS, task_input
 
 DEFAULT_KEY = "pragma_unroll_by"
 
@@ -60,8 +60,7 @@ def changed(trace, key: str, value: int):
 def compare(name: str, database: str, key: str = DEFAULT_KEY, value: int = 1,
             threads: int = 2, rounds: int = 15, small: bool = False) -> dict:
     import autotune
-    from autotune.measure import (LocalBuilder, LocalRunner, MeasureConfig, MeasureInput,
-                                  remove_artifacts)
+    from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, remove_artifacts
     from autotune.tune_model import model_tasks, weight_state
     from records import Database
     from schedules.postproc import strip_postproc
@@ -70,7 +69,7 @@ def compare(name: str, database: str, key: str = DEFAULT_KEY, value: int = 1,
     options = SMALL_OPTIONS[name] if small else {}
     model = autotune.load_model(name, **options)
     target = autotune.Target(f"llvm -num-cores {threads}")
-    cold, cold_bytes = weight_state(model, target)
+    weights = weight_state(model, target)
     inputs: dict[str, list] = {"recorded": [], "changed": []}
     rows, skipped = [], []
     with Database(database, readonly=True) as db:
@@ -88,10 +87,7 @@ def compare(name: str, database: str, key: str = DEFAULT_KEY, value: int = 1,
                 skipped.append(task.name)  # the trace no longer replays here
                 continue
             for label, program in zip(inputs, programs):
-                inputs[label].append(MeasureInput(
-                    program.func, target, task.key, reference=task.func,
-                    weight_params=task.weight_params, cold_weights=cold,
-                    cold_bytes=cold_bytes, fresh_inputs=True))
+                inputs[label].append(task_input(task, program.func, target, weights))
             rows.append({"task": task.name, "key": task.key[:12], "calls": task.weight,
                          "chosen": chosen if len(chosen) > 1 else chosen[0]})
     samples: dict[str, list] = {label: [[] for _ in rows] for label in inputs}

@@ -252,6 +252,18 @@ def kernel_table(lib, database: str, target, repeat: int = 15, alone: dict | Non
     return sorted(rows.values(), key=lambda r: -r["model_ms"])
 
 
+def task_input(task, func, target, weights: tuple[bool, int]):
+    """The MeasureInput of ``func``, a program of a model's ``task``, timed as tune_model
+    times its candidates: its weights packed outside the call and in the cache state
+    ``weights`` (``tune_model.weight_state``), fresh activations each call on a CPU."""
+    from autotune.measure import MeasureInput
+
+    cold_weights, cold_bytes = weights
+    return MeasureInput(func, target, task.key, reference=task.func,
+                        weight_params=task.weight_params, cold_weights=cold_weights,
+                        cold_bytes=cold_bytes, fresh_inputs=target.kind == "llvm")
+
+
 # Rounds of retime_tasks.  Each round times every task once, then the model once: one sample
 # of their ratio.  On this project's 2-vCPU hosts single rounds of one ResNet-18 build read
 # 0.78-1.28 (30 rounds, median 1.012); the 5 rounds used before had read 1.113 for it, and 20
@@ -277,14 +289,13 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
     in the same minutes tells what the executor adds, the stored sum does not."""
     import statistics
 
-    from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
-    from autotune.measure import remove_artifacts
+    from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, remove_artifacts
     from autotune.tune_model import model_tasks, weight_state
     from benchmarks.common import time_once
     from records import Database
     from schedules.postproc import replay
 
-    cold_weights, cold_bytes = weight_state(model, target)
+    weights = weight_state(model, target)
     tasks, inputs = [], []
     with Database(database) as db:
         for task in model_tasks(model):
@@ -292,11 +303,8 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
             if best is None:
                 continue
             tasks.append(task)
-            inputs.append(MeasureInput(
-                replay(best.trace(), task.func, target).func, target, task.key,
-                reference=task.func, weight_params=task.weight_params,
-                cold_weights=cold_weights, cold_bytes=cold_bytes,
-                fresh_inputs=target.kind == "llvm"))
+            inputs.append(task_input(task, replay(best.trace(), task.func, target).func,
+                                     target, weights))
     alone: list[list[float]] = [[] for _ in tasks]
     sums, model_s = [], []
     with LocalBuilder() as builder, LocalRunner(config or MeasureConfig()) as runner:
