@@ -88,3 +88,27 @@ def interleaved_medians(fns: dict[str, Callable[[], None]], rounds: int = 9,
             between()
     return {name: {"median_s": statistics.median(s), "samples_s": s}
             for name, s in samples.items()}
+
+
+def round_states(probes: list[float | None]) -> list[str]:
+    """The host's state in each timed round from the cross-core probes taken before the
+    first round and after every round (``autotune.measure.host.CrossCoreProbe``): "quiet"
+    when both probes around a round are under QUIET_FACTOR times the run's lowest, "slow"
+    when both are at or over it, "mixed" otherwise, "unknown" where a probe gave nothing."""
+    from autotune.measure.host import QUIET_FACTOR
+
+    known = [p for p in probes if p is not None]
+    if not known:
+        return ["unknown"] * (len(probes) - 1)
+    limit = QUIET_FACTOR * min(known)
+    out = []
+    for before, after in zip(probes, probes[1:]):
+        if before is None or after is None:
+            out.append("unknown")
+        elif before < limit and after < limit:
+            out.append("quiet")
+        elif before >= limit and after >= limit:
+            out.append("slow")
+        else:
+            out.append("mixed")
+    return out

@@ -279,7 +279,10 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
     protocol and weight state, ``tune_model.weight_state``), then the model (``run_model``,
     one inference).  Returns ``tasks_ms`` (the median round's sum of the tasks' times
     weighted by their calls), ``model_ms``, ``model_vs_tasks`` (the median of the rounds'
-    ratios) and ``alone_ms`` per workload key (one call, median over the rounds).
+    ratios), ``alone_ms`` per workload key (one call, median over the rounds), and
+    ``by_state``: the same three figures over the rounds of each state of the host
+    (benchmarks.common.round_states, from a cross-core probe before the first round and
+    after each), with ``round_trip_ns``, the probes.
 
     NOTE: the stored best times were measured over the tuning run, while this host's speed
     drifted by tens of percent over an hour (onnxruntime's MobileNetV2 4.9 ms in one run,
@@ -290,8 +293,9 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
     import statistics
 
     from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, remove_artifacts
+    from autotune.measure.host import CrossCoreProbe
     from autotune.tune_model import model_tasks, weight_state
-    from benchmarks.common import time_once
+    from benchmarks.common import round_states, time_once
     from records import Database
     from schedules.postproc import replay
 
@@ -307,10 +311,13 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
                                      target, weights))
     alone: list[list[float]] = [[] for _ in tasks]
     sums, model_s = [], []
+    probe = CrossCoreProbe()
+    probes: list[float | None] = []
     with LocalBuilder() as builder, LocalRunner(config or MeasureConfig()) as runner:
         builds = builder.build(inputs)
         try:
             run_model()
+            probes.append(probe())
             for _ in range(rounds):
                 total = 0.0
                 for i, (task, result) in enumerate(zip(tasks, runner.run(inputs, builds))):
@@ -322,12 +329,25 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
                     total += seconds * task.weight
                 sums.append(total)
                 model_s.append(time_once(run_model, 0.2))
+                probes.append(probe())
         finally:
             remove_artifacts(builds)
+    states = round_states(probes)
+    by_state = {}
+    for state in ("quiet", "slow", "mixed", "unknown"):
+        picked = [k for k, s in enumerate(states) if s == state]
+        if picked:
+            mine, theirs = [model_s[k] for k in picked], [sums[k] for k in picked]
+            by_state[state] = {"rounds": len(picked),
+                               "tasks_ms": statistics.median(theirs) * 1e3,
+                               "model_ms": statistics.median(mine) * 1e3,
+                               "model_vs_tasks": round_ratio(mine, theirs)}
     return {"tasks_ms": statistics.median(sums) * 1e3,
             "model_ms": statistics.median(model_s) * 1e3,
             "model_vs_tasks": round_ratio(model_s, sums),
-            "alone_ms": {t.key: statistics.median(a) * 1e3 for t, a in zip(tasks, alone)}}
+            "alone_ms": {t.key: statistics.median(a) * 1e3 for t, a in zip(tasks, alone)},
+            "by_state": by_state,
+            "round_trip_ns": [None if p is None else round(p, 1) for p in probes]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,6 +426,9 @@ def bench_model(name: str, args) -> dict:
             # The same, on the tasks re-timed alone beside the model (see retime_tasks).
             "tasks_retimed_ms": now["tasks_ms"], "tuned_beside_tasks_ms": now["model_ms"],
             "tuned_vs_tasks_retimed": now["model_vs_tasks"], "retime_rounds": retime_rounds,
+            # Split by the host's state in each round (see benchmarks.e2e_compare).
+            "tasks_retimed_by_state": now["by_state"],
+            "retime_round_trip_ns": now["round_trip_ns"],
             "exported_ms": both["exported_ms"],
             "tuned_vs_onnxruntime_ratio_of_medians": both["ratio_of_medians"],
             "exported_vs_onnxruntime": both["exported_ratio"],

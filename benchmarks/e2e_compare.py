@@ -29,29 +29,9 @@ import sys
 
 import numpy as np
 
+from benchmarks.common import round_states
 from benchmarks.e2e import (MODELS, SMALL_OPTIONS, model_feed, onnxruntime_session,
                             round_ratio, to_onnx)
-
-
-def _states(probes: list[float | None]) -> list[str]:
-    """The state of each round from the probes before and after it (see the module text)."""
-    from autotune.measure.host import QUIET_FACTOR
-
-    known = [p for p in probes if p is not None]
-    if not known:
-        return ["unknown"] * (len(probes) - 1)
-    limit = QUIET_FACTOR * min(known)
-    out = []
-    for before, after in zip(probes, probes[1:]):
-        if before is None or after is None:
-            out.append("unknown")
-        elif before < limit and after < limit:
-            out.append("quiet")
-        elif before >= limit and after >= limit:
-            out.append("slow")
-        else:
-            out.append("mixed")
-    return out
 
 
 def _by_state(states: list[str], samples: dict[str, list[float]]) -> dict:
@@ -118,7 +98,7 @@ def compare(name: str, databases: list[str], threads: int = 2, rounds: int = 30,
     if by_state:
         # Build i's figures under "db{i}", in the order of ``builds``.
         out["round_trip_ns"] = [None if p is None else round(p, 1) for p in probes]
-        out["by_state"] = _by_state(_states(probes),
+        out["by_state"] = _by_state(round_states(probes),
                                     {key: t["samples_s"] for key, t in times.items()})
     return out
 

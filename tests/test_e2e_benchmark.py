@@ -70,6 +70,14 @@ def test_e2e_prints_json_and_resumes(tmp_path):
         assert all(k["model_vs_alone"] == round(k["model_ms"] / k["alone_ms"], 3)
                    for k in b["kernels"] if "alone_ms" in k)
         assert b["tuned_vs_tasks_retimed"] > 0 and b["retime_rounds"] == 2
+        # The re-time's rounds split by the host's state: a probe before the first round
+        # and after each, every round in one state.
+        assert len(b["retime_round_trip_ns"]) == 3
+        split = b["tasks_retimed_by_state"]
+        assert set(split) <= {"quiet", "slow", "mixed", "unknown"}
+        assert sum(s["rounds"] for s in split.values()) == 2
+        for s in split.values():
+            assert s["tasks_ms"] > 0 and s["model_ms"] > 0 and s["model_vs_tasks"] > 0
     # Run again: the budgets are already reached, nothing is measured.
     buf = io.StringIO()
     with redirect_stdout(buf):
@@ -125,7 +133,8 @@ def test_e2e_compare_times_each_database_s_build_beside_onnxruntime(tmp_path):
 
 
 def test_round_states_follow_the_probes_around_each_round():
-    from benchmarks.e2e_compare import _by_state, _states
+    from benchmarks.common import round_states as _states
+    from benchmarks.e2e_compare import _by_state
 
     # Lowest probe 100 ns: under 200 is quiet, at or over it slow.
     assert _states([100, 150, 450, 500, 120, None, 110]) == \
