@@ -426,7 +426,7 @@ def bench_model(name: str, args) -> dict:
             # The same, on the tasks re-timed alone beside the model (see retime_tasks).
             "tasks_retimed_ms": now["tasks_ms"], "tuned_beside_tasks_ms": now["model_ms"],
             "tuned_vs_tasks_retimed": now["model_vs_tasks"], "retime_rounds": retime_rounds,
-            # Split by the host's state in each round (see benchmarks.e2e_compare).
+            # Split by the host's state in each round (benchmarks.common.round_states).
             "tasks_retimed_by_state": now["by_state"],
             "retime_round_trip_ns": now["round_trip_ns"],
             "exported_ms": both["exported_ms"],

@@ -133,13 +133,13 @@ def test_e2e_compare_times_each_database_s_build_beside_onnxruntime(tmp_path):
 
 
 def test_round_states_follow_the_probes_around_each_round():
-    from benchmarks.common import round_states as _states
+    from benchmarks.common import round_states
     from benchmarks.e2e_compare import _by_state
 
     # Lowest probe 100 ns: under 200 is quiet, at or over it slow.
-    assert _states([100, 150, 450, 500, 120, None, 110]) == \
+    assert round_states([100, 150, 450, 500, 120, None, 110]) == \
         ["quiet", "mixed", "slow", "mixed", "unknown", "unknown"]
-    assert _states([None, None]) == ["unknown"]
+    assert round_states([None, None]) == ["unknown"]
     table = _by_state(["quiet", "slow", "quiet"],
                       {"db0": [1.0, 4.0, 3.0], "onnxruntime": [2.0, 2.0, 2.0]})
     assert table["quiet"]["rounds"] == 2 and table["slow"]["rounds"] == 1
