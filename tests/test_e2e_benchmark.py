@@ -174,3 +174,40 @@ def test_e2e_ops_profiles_our_kernels_beside_onnxruntime_s_nodes():
         assert doc[key] > 0
     with pytest.raises(SystemExit):
         e2e_ops.main(["--model", "bert_base_layer", "--db", "no-such.db"])
+
+
+def test_idle_gap_times_the_first_inferences_after_each_gap():
+    from benchmarks import idle_gap
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert idle_gap.main(["--small", "--model", "mobilenet_v2", "--rounds", "1",
+                              "--gaps", "0,0.001"]) == 0
+    doc = json.loads(buf.getvalue())
+    assert doc["model"] == "mobilenet_v2" and doc["database"] is None
+    assert [g["gap_s"] for g in doc["gaps"]] == [0.0, 0.001]
+    for g in doc["gaps"]:
+        for side in ("ours", "onnxruntime"):
+            assert len(g[f"{side}_ms"]) == idle_gap.TIMED_RUNS
+            assert all(ms > 0 for ms in g[f"{side}_ms"]) and g[f"{side}_first_vs_hot"] > 0
+    for bad in (["--gaps", "x"], ["--gaps", "-1"], ["--rounds", "0"],
+                ["--db", "no-such.db"]):
+        with pytest.raises(SystemExit):
+            idle_gap.main(["--small", "--model", "mobilenet_v2", *bad])
+
+
+def test_idle_gap_runs_hot_then_idles_then_times_each_run():
+    from benchmarks import idle_gap
+
+    events = []
+    result = idle_gap.first_runs(lambda: events.append("run"), 0.02, rounds=2,
+                                 sleep=lambda s: events.append(s))
+    one_round = ([idle_gap.PARK] + ["run"] * idle_gap.HOT_RUNS + [0.02]
+                 + ["run"] * idle_gap.TIMED_RUNS)
+    assert events == one_round * 2
+    assert len(result) == idle_gap.TIMED_RUNS and all(ms >= 0 for ms in result)
+    # No gap: the timed runs follow the hot ones at once.
+    events.clear()
+    idle_gap.first_runs(lambda: events.append("run"), 0.0, rounds=1,
+                        sleep=lambda s: events.append(s))
+    assert events == [idle_gap.PARK] + ["run"] * (idle_gap.HOT_RUNS + idle_gap.TIMED_RUNS)

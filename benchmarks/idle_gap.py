@@ -1,0 +1,116 @@
+"""The first inferences after an idle gap, ours beside onnxruntime: what a server that answers
+one request at a time sees, where benchmarks.e2e times inferences back to back.
+
+    python -m benchmarks.idle_gap --model mobilenet_v2 --db e2e.db
+    python -m benchmarks.idle_gap --model bert_base_layer --small      # a quick check
+
+Each round, per side: a pause (the other side's threads park), five back-to-back inferences
+(hot), the gap, then three inferences timed one by one.  Per gap and side the medians over the
+rounds of the three, so the first one after the gap stands beside the two after it; gap 0 is
+the hot latency.
+
+Why it matters: the built model's kernels each launch a libgomp parallel region with a static
+partition of the work, and the calling thread waits at the region's end for every thread of
+the team.  An idle worker polls for GOMP_SPINCOUNT rounds (tensor_ir.codegen.compile) and then
+sleeps; when it is slow to wake, the first kernel waits for it.  onnxruntime's pool lets the
+calling thread take the work the worker has not claimed.  Prints one JSON document.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+from benchmarks.e2e import MODELS, SMALL_OPTIONS, model_feed, onnxruntime_session, to_onnx
+
+GAPS = (0.0, 0.002, 0.02, 0.15)   # seconds of idle before the timed inferences
+HOT_RUNS = 5
+TIMED_RUNS = 3
+PARK = 0.3   # seconds: longer than either side's threads poll after a run
+
+
+def first_runs(fn, gap: float, rounds: int, sleep=time.sleep) -> list[float]:
+    """Median milliseconds of each of the TIMED_RUNS inferences of ``fn`` after ``gap``
+    seconds idle, over ``rounds`` rounds (see the module text)."""
+    rows = []
+    for _ in range(rounds):
+        sleep(PARK)
+        for _ in range(HOT_RUNS):
+            fn()
+        if gap:
+            sleep(gap)
+        times = []
+        for _ in range(TIMED_RUNS):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        rows.append(times)
+    return [statistics.median(column) for column in zip(*rows)]
+
+
+def measure(name: str, database: str | None, threads: int = 2, rounds: int = 15,
+            gaps=GAPS, small: bool = False) -> dict:
+    import autotune
+    from autotune.model_build import build_model
+
+    options = SMALL_OPTIONS[name] if small else {}
+    model = autotune.load_model(name, **options)
+    target = autotune.Target(f"llvm -num-cores {threads}")
+    feed = model_feed(model)
+    lib = build_model(model, target, database=database, warn=False)
+    sess = onnxruntime_session(to_onnx(model), threads)
+    sides = {"ours": lambda: lib.run(feed), "onnxruntime": lambda: sess.run(None, feed)}
+    for fn in sides.values():
+        fn()  # pages, thread pools, packed weights
+    out = {"benchmark": "idle_gap", "model": name, "options": options,
+           "target": str(target), "threads": threads, "rounds": rounds,
+           "database": os.path.basename(database) if database else None,
+           "coverage": lib.report.coverage,
+           "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"), "gaps": []}
+    for gap in gaps:
+        row: dict = {"gap_s": gap}
+        for side, fn in sides.items():
+            row[f"{side}_ms"] = [round(ms, 4) for ms in first_runs(fn, gap, rounds)]
+        out["gaps"].append(row)
+    # The first inference after each gap against the side's own hot latency (gap 0's
+    # median of its three runs).
+    hot = {side: statistics.median(out["gaps"][0][f"{side}_ms"]) for side in sides}
+    for row in out["gaps"]:
+        for side in sides:
+            row[f"{side}_first_vs_hot"] = round(row[f"{side}_ms"][0] / hot[side], 3)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.idle_gap", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, choices=MODELS)
+    parser.add_argument("--db", help="a tuning database (default: default schedules)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--gaps", default=",".join(str(g) for g in GAPS),
+                        help="idle seconds before the timed inferences, comma-separated; "
+                             "the first is the hot reference (default: %(default)s)")
+    parser.add_argument("--small", action="store_true",
+                        help="the shrunk model: checks the command quickly")
+    args = parser.parse_args(argv)
+    if args.db is not None and not os.path.exists(args.db):
+        parser.error(f"no such database: {args.db}")
+    try:
+        gaps = [float(g) for g in args.gaps.split(",")]
+    except ValueError:
+        gaps = []
+    if not gaps or min(gaps) < 0:
+        parser.error(f"--gaps takes non-negative seconds, comma-separated, not {args.gaps!r}")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    print(json.dumps(measure(args.model, args.db, args.threads, args.rounds, gaps,
+                             args.small), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
