@@ -112,3 +112,14 @@ def round_states(probes: list[float | None]) -> list[str]:
         else:
             out.append("mixed")
     return out
+
+
+def rounds_by_state(states: list[str]) -> dict[str, list[int]]:
+    """The indices of the rounds in each state that occurs (round_states' labels), in the
+    order quiet, slow, mixed, unknown."""
+    out = {}
+    for state in ("quiet", "slow", "mixed", "unknown"):
+        picked = [k for k, s in enumerate(states) if s == state]
+        if picked:
+            out[state] = picked
+    return out

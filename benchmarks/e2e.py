@@ -295,7 +295,7 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
     from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, remove_artifacts
     from autotune.measure.host import CrossCoreProbe
     from autotune.tune_model import model_tasks, weight_state
-    from benchmarks.common import round_states, time_once
+    from benchmarks.common import round_states, rounds_by_state, time_once
     from records import Database
     from schedules.postproc import replay
 
@@ -332,16 +332,13 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
                 probes.append(probe())
         finally:
             remove_artifacts(builds)
-    states = round_states(probes)
     by_state = {}
-    for state in ("quiet", "slow", "mixed", "unknown"):
-        picked = [k for k, s in enumerate(states) if s == state]
-        if picked:
-            mine, theirs = [model_s[k] for k in picked], [sums[k] for k in picked]
-            by_state[state] = {"rounds": len(picked),
-                               "tasks_ms": statistics.median(theirs) * 1e3,
-                               "model_ms": statistics.median(mine) * 1e3,
-                               "model_vs_tasks": round_ratio(mine, theirs)}
+    for state, picked in rounds_by_state(round_states(probes)).items():
+        mine, theirs = [model_s[k] for k in picked], [sums[k] for k in picked]
+        by_state[state] = {"rounds": len(picked),
+                           "tasks_ms": statistics.median(theirs) * 1e3,
+                           "model_ms": statistics.median(mine) * 1e3,
+                           "model_vs_tasks": round_ratio(mine, theirs)}
     return {"tasks_ms": statistics.median(sums) * 1e3,
             "model_ms": statistics.median(model_s) * 1e3,
             "model_vs_tasks": round_ratio(model_s, sums),

@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from benchmarks.common import round_states
+from benchmarks.common import round_states, rounds_by_state
 from benchmarks.e2e import (MODELS, SMALL_OPTIONS, model_feed, onnxruntime_session,
                             round_ratio, to_onnx)
 
@@ -39,10 +39,7 @@ def _by_state(states: list[str], samples: dict[str, list[float]]) -> dict:
     import statistics
 
     out = {}
-    for state in ("quiet", "slow", "mixed", "unknown"):
-        picked = [k for k, s in enumerate(states) if s == state]
-        if not picked:
-            continue
+    for state, picked in rounds_by_state(states).items():
         ort = [samples["onnxruntime"][k] for k in picked]
         row = {"rounds": len(picked), "onnxruntime_ms": statistics.median(ort) * 1e3}
         for key, values in samples.items():
