@@ -5,8 +5,8 @@
     print(ctx.coverage())            # which workloads a record served, which fell back
 
 Under the context, ``autotune.build`` looks the function's workload (its structural hash) up
-in the database for the build target, replays the best record's trace on the function and
-builds the result.  A workload without a usable record falls back to the default schedule and
+in the database for the build target, replays the trace of the record :func:`choose_record`
+picks on the function and builds the result.  A workload without a usable record falls back to the default schedule and
 logs one warning naming it (once per workload and context); with ``strict=True`` the build
 raises ``MissingRecordError`` instead.  Records are only taken for the target being built (or
 targets the caller names as compatible), never from other hardware.
@@ -18,13 +18,55 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from records import Database, Workload
+from records import Database, TuningRecord, Workload
 from schedules.postproc import replay
+from schedules.schedule import Schedule
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
 log = logging.getLogger("autotune")
+
+
+# How many records by score a build tries, best first, before it takes the default schedule:
+# enough to pass over a damaged record or one an older release wrote, few enough that a
+# workload whose records all fail costs little.
+BUILD_CANDIDATES = 4
+
+
+@dataclass(frozen=True)
+class RecordChoice:
+    """What a build of one workload takes: ``record`` and ``schedule`` (its trace replayed on
+    the workload), both None when no record serves, with ``reason`` saying why."""
+
+    record: TuningRecord | None
+    schedule: Schedule | None
+    reason: str = ""
+
+    @property
+    def func(self) -> PrimFunc | None:
+        """The scheduled function (None when no record serves)."""
+        return None if self.schedule is None else self.schedule.func
+
+
+def choose_record(database, func: PrimFunc, target: Target, context: str | None = None,
+                  compatible_targets: Iterable = ()) -> RecordChoice:
+    """The one rule by which every build path (``build_model(database=...)``, ``build``
+    under ``apply_history_best``, the rerank, ``tune``'s result) picks a workload's record:
+    the candidates of ``Database.build_candidates`` (the record chosen for the model named
+    ``context``, then the BUILD_CANDIDATES best by score) in order, the first whose trace
+    parses and replays on ``func``.  A record that does not is noted with
+    ``Database.skip_unusable`` (one warning naming it) and passed over."""
+    candidates = database.build_candidates(func.structural_hash(), str(target), context,
+                                           BUILD_CANDIDATES, compatible_targets)
+    reason = "no tuning record for this workload and target"
+    for record in candidates:
+        try:
+            return RecordChoice(record, replay(record.trace(), func, target))
+        except Exception as err:  # noqa: BLE001 - a stale record must not stop a build
+            reason = f"record {record.record_id} does not replay: {type(err).__name__}: {err}"
+            database.skip_unusable(record, f"{type(err).__name__}: {err}")
+    return RecordChoice(None, None, reason)
 
 
 class MissingRecordError(BuildError):
@@ -52,7 +94,6 @@ class ApplyHistoryBest:
     entries: list = field(default_factory=list)
     _owns_db: bool = False
     _warned: set = field(default_factory=set)
-    _skipped: set = field(default_factory=set)
 
     # -- context protocol ---------------------------------------------------------------------
     def __enter__(self) -> "ApplyHistoryBest":
@@ -69,42 +110,26 @@ class ApplyHistoryBest:
     # -- lookup ---------------------------------------------------------------------------------
     def lookup(self, func: PrimFunc, target: Target, context: str | None = None
                ) -> PrimFunc | None:
-        """The function scheduled by its best record for ``target`` -- or, building a model
-        named ``context``, the record chosen for it there (autotune.model_rerank) -- or None
+        """The function scheduled by the record a build takes (:func:`choose_record`: the
+        record chosen for the model named ``context``, else the best that replays), or None
         (recorded in the coverage, warned about once; raises in strict mode)."""
         workload = Workload(func)
         target_str = str(target)
-        # A few candidates: when the best record no longer replays (damaged, or from another
-        # release), the next one serves instead of the default schedule.
-        best = self.database.best_k(workload.key, target_str, 4,
-                                    compatible_targets=self.compatible_targets)
-        chosen = self.database.chosen(workload.key, target_str, context) if context else None
-        if chosen is not None:
-            best = [chosen] + [r for r in best if r.record_id != chosen.record_id]
-        reason = "no tuning record for this workload and target"
-        for record in best:
-            try:
-                scheduled = replay(record.trace(), func, target).func
-            except Exception as err:  # noqa: BLE001 - a stale record must not stop a build
-                reason = f"record {record.record_id} does not replay: {err}"
-                if record.record_id not in self._skipped:
-                    self._skipped.add(record.record_id)
-                    log.warning("apply_history_best: %s [%s] on %s: %s; it is skipped",
-                                workload.name, workload.key[:12], target_str, reason)
-                continue
+        choice = choose_record(self.database, func, target, context, self.compatible_targets)
+        if choice.record is not None:
             self.entries.append(CoverageEntry(workload.key, workload.name, target_str, True,
-                                              record.record_id, record.median))
-            return scheduled
+                                              choice.record.record_id, choice.record.median))
+            return choice.func
         self.entries.append(CoverageEntry(workload.key, workload.name, target_str, False,
-                                          reason=reason))
+                                          reason=choice.reason))
         if self.strict:
             raise MissingRecordError(f"apply_history_best(strict=True): workload "
                                      f"{workload.name} [{workload.key[:12]}] on {target_str}: "
-                                     f"{reason}")
+                                     f"{choice.reason}")
         if (workload.key, target_str) not in self._warned:
             self._warned.add((workload.key, target_str))
             log.warning("apply_history_best: %s [%s] on %s: %s; using the default schedule",
-                        workload.name, workload.key[:12], target_str, reason)
+                        workload.name, workload.key[:12], target_str, choice.reason)
         return None
 
     # -- reporting --------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from .build import build
 from .executor import BuildReport, Executor, FunctionReport, Step
 from .frontends import load_model
 from .gpu import build_gpu, device_context
+from .history import choose_record
 from .graph.ir import Model
 from .graph.operators import VIEW
 from .graph.passes import plan_memory
@@ -165,8 +166,8 @@ def _apply_record(func: PrimFunc, found, target: Target) -> PrimFunc:
 
 def database_lookup(database, target: Target, context: str | None = None) -> Lookup:
     """A lookup over a records database (a ``records.Database``, or a path to open): the
-    record chosen for a function in ``context`` (a model's name; see autotune.model_rerank)
-    where there is one, else its best by score."""
+    program of the record :func:`autotune.history.choose_record` picks for a function (the
+    one chosen for it in ``context``, a model's name, else the best by score that replays)."""
     if isinstance(database, (str, os.PathLike)):
         database = Database(os.fspath(database), create=False, readonly=True)
     if not isinstance(database, Database):
@@ -174,8 +175,7 @@ def database_lookup(database, target: Target, context: str | None = None) -> Loo
                          f"{type(database).__name__}")
 
     def lookup(func: PrimFunc):
-        record = database.build_record(func.structural_hash(), str(target), context)
-        return None if record is None else record.trace()
+        return choose_record(database, func, target, context).func
     return lookup
 
 

@@ -28,6 +28,7 @@ import statistics
 import time
 
 from records import Database
+from schedules.postproc import replay
 from search.loop import make_logger
 from tensor_ir.errors import BuildError
 from tensor_ir.target import Target
@@ -93,14 +94,15 @@ def _rerank(model: Model, target: Target, db: Database, k: int, rounds: int,
         if len(candidates) < 2:
             continue
         started = time.perf_counter()
-        medians = _time_in_model(model, target, by_score, key, candidates, rounds, seed)
+        medians = _time_in_model(model, target, db, by_score, key, candidates, rounds,
+                                 seed)
         if not medians:
             continue
         winner = min(medians, key=medians.get)
         db.choose(key, str(target), winner, model.name,
                   details={"in_model_ms": {str(r): m for r, m in medians.items()},
                            "rounds": rounds, "share": share})
-        first = candidates[0].record_id
+        first = next(r.record_id for r in candidates if r.record_id in medians)
         gain = medians[first] / medians[winner] - 1
         say(f"[rerank {model.name}] {names[key]} ({share:.0%} of the run): record "
             f"{winner} chosen, {medians[winner]:.3f} ms in the model against "
@@ -112,17 +114,24 @@ def _rerank(model: Model, target: Target, db: Database, k: int, rounds: int,
     return out
 
 
-def _time_in_model(model: Model, target: Target, by_score, key: str, candidates,
-                   rounds: int, seed: int) -> dict[int, float]:
+def _time_in_model(model: Model, target: Target, db: Database, by_score, key: str,
+                   candidates, rounds: int, seed: int) -> dict[int, float]:
     """{record id: median ms of the task's kernels per run} over ``rounds`` alternating
     rounds, each candidate in its own build of the model (the other tasks on their best by
     score).  A candidate that no longer replays or builds is left out."""
     libs, ids = [], []
+    workload = db.workload(key).func
     for record in candidates:
-        trace = record.trace()
+        # Replayed here, not inside build_model: a record that does not replay must be left
+        # out, not timed as the default schedule build_model would put in its place.
+        try:
+            scheduled = replay(record.trace(), workload, target).func
+        except Exception as err:  # noqa: BLE001 - a record of another release is skipped
+            db.skip_unusable(record, f"{type(err).__name__}: {err}")
+            continue
 
-        def lookup(func, trace=trace):
-            return trace if func.structural_hash() == key else by_score(func)
+        def lookup(func, scheduled=scheduled):
+            return scheduled if func.structural_hash() == key else by_score(func)
         try:
             lib = build_model(model, target, lookup=lookup, seed=seed, warn=False)
         except Exception:  # noqa: BLE001 - a stale record is skipped, not fatal

@@ -36,6 +36,8 @@ import numpy as np
 from search.task_scheduler import SchedulerTask, estimated_latency
 from tensor_ir.target import Target
 
+from .history import choose_record
+
 __all__ = ["ModelReport", "format_duration", "format_report", "format_seconds", "load",
            "peak_bandwidth", "peak_flops", "refresh", "roofline", "roofline_fraction",
            "save_plot", "store"]
@@ -376,13 +378,17 @@ def load(db, model: str | None = None, target: str | None = None) -> list[ModelR
 
 
 def refresh(db, report: ModelReport) -> None:
-    """Re-read trial counts, errors, best times and the curve from the records."""
+    """Re-read trial counts, errors, best times and the curve from the records.  A task's
+    best is the record a build takes (autotune.history.choose_record): one whose trace does
+    not replay in this release is named in a warning and left out."""
+    target = Target(report.target)
     events: list[tuple[int, int, float]] = []  # (record id, task index, seconds)
     for i, row in enumerate(report.tasks):
         records = db.records(row.key, report.target)
         row.trials = len(records)
         row.errors = sum(1 for r in records if r.is_error)
-        best = db.best(row.key, report.target) if row.trials > row.errors else None
+        best = (choose_record(db, db.workload(row.key).func, target).record
+                if row.trials > row.errors else None)
         row.best_seconds = math.inf if best is None else (
             best.score if best.score is not None else best.median)
         events.extend((r.record_id, i, math.inf if r.is_error else r.median) for r in records)

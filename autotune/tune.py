@@ -31,7 +31,6 @@ import cost_models
 import search
 from records import Database, MemoryDatabase
 from schedules.default_schedule import default_candidate
-from schedules.postproc import replay
 from schedules.schedule import Schedule
 from schedules.space import DesignSpace
 from schedules.trace import Trace
@@ -40,6 +39,7 @@ from tensor_ir.errors import TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
+from .history import choose_record
 from .measure import Builder, LocalBuilder, LocalRunner, MeasureConfig, Runner
 
 __all__ = ["TuneError", "TuneResult", "tune"]
@@ -213,7 +213,8 @@ def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Bui
 def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasured, db,
             target: Target) -> TuneResult:
     """The best record in the database (after re-measurement) as a TuneResult."""
-    best_rec = db.best(result.workload_key, target)
+    choice = choose_record(db, func, target)
+    best_rec = choice.record
     phases = loop.timers.as_dict()
     phases["kernel"] = result.kernel_seconds + phases.pop("kernel_remeasure", 0.0)
     common = {"workload_key": result.workload_key, "target": result.target,
@@ -227,8 +228,7 @@ def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasu
               "loop": result}
     if best_rec is None:
         return TuneResult(None, None, math.inf, 0.0, 0.0, None, **common)
-    trace = best_rec.trace()
-    schedule = replay(trace, func, target)
+    trace, schedule = best_rec.trace(), choice.schedule
     seconds = best_rec.score if best_rec.score is not None else best_rec.median
     spread = next((d["spread"] for d in remeasured if d["record_id"] == best_rec.record_id),
                   None)

@@ -228,6 +228,7 @@ def kernel_table(lib, database: str, target, repeat: int = 15, alone: dict | Non
     at alone (the tuner's measurement, times its calls), and their ratio; with ``alone``
     (ms per call by workload key, retime_tasks'), the record re-timed alone beside the model
     too (``alone_ms``, ``model_vs_alone``)."""
+    from autotune.history import choose_record
     from records import Database
 
     rows: dict[str, dict] = {}
@@ -240,7 +241,7 @@ def kernel_table(lib, database: str, target, repeat: int = 15, alone: dict | Non
         for key, row in rows.items():
             # The record the build took: the model's choice (autotune.model_rerank), else
             # the best by score.
-            best = db.build_record(key, str(target), lib.model.name)
+            best = choose_record(db, db.workload(key).func, target, lib.model.name).record
             seconds = None if best is None else (best.score if best.score is not None
                                                  else best.median)
             row["task_ms"] = None if seconds is None else seconds * 1e3 * row["calls"]
@@ -296,19 +297,18 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
     from autotune.measure.host import CrossCoreProbe
     from autotune.tune_model import model_tasks, weight_state
     from benchmarks.common import round_states, rounds_by_state, time_once
+    from autotune.history import choose_record
     from records import Database
-    from schedules.postproc import replay
 
     weights = weight_state(model, target)
     tasks, inputs = [], []
     with Database(database) as db:
         for task in model_tasks(model):
-            best = db.build_record(task.key, str(target), model.name)  # as the build
-            if best is None:
+            best = choose_record(db, task.func, target, model.name)  # as the build
+            if best.record is None:
                 continue
             tasks.append(task)
-            inputs.append(task_input(task, replay(best.trace(), task.func, target).func,
-                                     target, weights))
+            inputs.append(task_input(task, best.func, target, weights))
     alone: list[list[float]] = [[] for _ in tasks]
     sums, model_s = [], []
     probe = CrossCoreProbe()

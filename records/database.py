@@ -179,6 +179,8 @@ class Database:
         self._fingerprint_data: dict[int, dict] = {}
         self._warned: set[str] = set()
         self._unreadable: set[int] = set()
+        # Records whose traces do not parse or replay here: record id -> why (skip_unusable).
+        self.unusable: dict[int, str] = {}
         # Who holds a claim: this object in this process on this host.
         self._owner = f"{host_name()}:{os.getpid()}:{id(self):x}"
         self.timeout = timeout
@@ -697,12 +699,30 @@ class Database:
             found = self._readable(conn, rows, 1)
         return found[0] if found else None
 
-    def build_record(self, workload, target, context: str | None = None
-                     ) -> TuningRecord | None:
-        """The record a build of ``workload`` on ``target`` takes: the one chosen for it in
-        ``context`` (a model's name; see ``choose``) where there is one, else the best."""
-        found = self.chosen(workload, target, context) if context else None
-        return found if found is not None else self.best(workload, target)
+    def build_candidates(self, workload, target, context: str | None = None, k: int = 4,
+                         compatible_targets: Iterable = ()) -> list[TuningRecord]:
+        """The records a build of ``workload`` on ``target`` tries, in order: the one chosen
+        for it in ``context`` (a model's name; see ``choose``) where there is one, then the
+        ``k`` best by score.  The build takes the first that replays
+        (``autotune.history.choose_record``, the one rule every build path uses)."""
+        ranked = self.best_k(workload, target, k, compatible_targets=compatible_targets)
+        chosen = self.chosen(workload, target, context) if context else None
+        if chosen is None:
+            return ranked
+        return [chosen] + [r for r in ranked if r.record_id != chosen.record_id]
+
+    def skip_unusable(self, record: TuningRecord, reason: str) -> None:
+        """Note that ``record`` cannot serve in this release (its trace does not parse or
+        replay): the first note of a record warns (RecordsWarning, naming it and why), later
+        ones are silent; ``unusable`` counts them.  Searches, builds and reports leave such a
+        record out and go on."""
+        if record.record_id in self.unusable:
+            return
+        self.unusable[record.record_id] = reason
+        warnings.warn(RecordsWarning(
+            f"database {self.path}: record {record.record_id} of workload "
+            f"{record.workload_key[:12]} on {record.target} cannot be used ({reason}); it "
+            f"is skipped"), stacklevel=3)
 
     def _warn_foreign(self, key: str, target: str) -> None:
         """Warn (once per target) when records of ``target`` exist that were measured on

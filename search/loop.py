@@ -405,8 +405,7 @@ class TuningLoop:
                 try:
                     sc = self.pool.replay(rec.trace(), origin="database")
                 except Exception as err:  # noqa: BLE001 - a damaged record is skipped, said so
-                    self.log(f"[tune {self.workload.name}] record {rec.record_id} does not "
-                             f"replay ({type(err).__name__}: {err}); it is skipped")
+                    self.database.skip_unusable(rec, f"{type(err).__name__}: {err}")
                     continue
                 if sc is None or sc.seconds is not None:
                     continue  # no longer valid in this library version, or a duplicate
@@ -579,8 +578,7 @@ class TuningLoop:
                 funcs.append(replay(rec.trace(), self.space.func, self.target).func)
                 kept.append(rec)
             except Exception as err:  # noqa: BLE001 - a stale record is skipped, said so
-                self.log(f"[tune {self.workload.name}] record {rec.record_id} no longer "
-                         f"replays ({type(err).__name__}: {err}); not re-measured")
+                self.database.skip_unusable(rec, f"{type(err).__name__}: {err}")
         if not kept:
             return []
         inputs = [self.measure_input(f) for f in funcs]
