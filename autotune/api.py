@@ -16,10 +16,10 @@ from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
+from .backends import backend_for
 from .build import Kernel
-from .build import build as build_scheduled
 from .executor import Executor
-from .gpu import GPUKernel, build_gpu
+from .gpu import GPUKernel
 from .graph.ir import Model
 from .history import ApplyHistoryBest, MissingRecordError, current
 from .model_build import build_model, default_schedule
@@ -31,9 +31,9 @@ def build(func: PrimFunc | Model, target: str | Target | None = "llvm",
           name: str | None = None) -> Kernel | GPUKernel | Executor:
     """Compile ``func`` (a PrimFunc, or a Model from ``load_model``) for ``target``.  Under
     ``apply_history_best`` an unlowered function is replaced by its best record's program
-    (by its default schedule on a CPU target when it has none); otherwise a function builds as
-    scheduled and a model with default schedules.  ``name``: a kernel's symbol.  An ``opencl``
-    or ``cuda`` target builds a PrimFunc through :func:`autotune.gpu.build_gpu`."""
+    (by its default schedule when it has none); otherwise a function builds as scheduled and
+    a model with default schedules.  ``name``: a kernel's symbol.  The target's backend
+    (autotune.backends) compiles it: an ``opencl`` or ``cuda`` target gives a GPU kernel."""
     context = current()
     if not isinstance(func, (PrimFunc, Model)):
         raise BuildError(f"build takes a PrimFunc or a Model, got {type(func).__name__}")
@@ -42,15 +42,13 @@ def build(func: PrimFunc | Model, target: str | Target | None = "llvm",
         return _build_model(func, resolved, context)
     if context is not None and not func.attr("lowered"):
         scheduled = context.lookup(func, resolved)
-        if scheduled is None and resolved.kind == "llvm":
+        if scheduled is None:
             # No usable record: the default schedule, as the context's warning says and as a
             # model's functions get, rather than the plain loop nest.
             scheduled = default_schedule(func, resolved)
         if scheduled is not None:
             func = scheduled
-    if resolved.is_gpu:
-        return build_gpu(func, resolved, name)
-    return build_scheduled(func, target, name)
+    return backend_for(resolved).compile(func, resolved, name)
 
 
 def _build_model(model: Model, target: Target, context: ApplyHistoryBest | None) -> Executor:

@@ -48,7 +48,7 @@ def parse_target(target: str | Target | None) -> tuple[LLVMTarget, int]:
     (``llvm``) targets are built here.
     """
     t = Target("llvm" if target is None else target)
-    if t.kind != "llvm":
+    if not t.is_cpu:
         raise TargetError(f"autotune.build compiles CPU targets through LLVM; {str(t)!r} is a "
                           f"{t.kind} target")
     if t.is_host and t.cpu == llvm.get_host_cpu_name() and not t.mattr:

@@ -218,39 +218,14 @@ def _check_runnable(spec: str, target) -> None:
     machine, so each trial would end in a runtime error and the run would measure nothing.
     An opencl target runs here when this machine has an OpenCL device that matches it, a cuda
     target when pycuda sees a GPU."""
-    if target.is_host:
-        return
-    if target.kind == "cuda":
-        from .cuda import cuda_problem
+    from .backends import backend_for
 
-        problem = cuda_problem()
-        if problem is not None:
-            raise ValueError(f"--target {spec!r}: {problem}; tune-model times every candidate "
-                             f"on this machine's GPU, so it would measure nothing")
-        return
-    if target.kind == "opencl":
-        from tensor_ir.errors import BuildError
-
-        from .gpu import device_context
-
-        try:
-            device_context(target)
-        except BuildError as err:  # no pyopencl, no platform, no matching device
-            raise ValueError(f"--target {spec!r}: {err}; tune-model times every candidate "
-                             f"on this machine's OpenCL device, so it would measure "
-                             f"nothing") from None
-        return
-    from tensor_ir.target import host_info
-
-    host = host_info()
-    if target.kind == "llvm":
-        why = (f"code for {target.triple} (cpu {target.cpu}) cannot run on this machine "
-               f"({host.triple}, cpu {host.cpu})")
-    else:
-        why = f"tune-model measures on this machine's CPU, not on a {target.kind} device"
-    raise ValueError(f"--target {spec!r}: {why}; tune-model times every candidate here, so "
-                     f"it would measure nothing.  Tune on a machine of that kind, or leave "
-                     f"-mtriple, -mcpu and -mattr out to tune for this one")
+    problem = backend_for(target).unavailable(target)
+    if problem is not None:
+        raise ValueError(f"--target {spec!r}: {problem}; tune-model times every candidate "
+                         f"on this machine, so it would measure nothing.  Tune on a machine "
+                         f"that has it, or leave -mtriple, -mcpu and -mattr out of a CPU "
+                         f"target to tune for this one")
 
 
 class _RunTally:

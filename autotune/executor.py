@@ -31,7 +31,7 @@ from tensor_ir.errors import BuildError
 from .graph.ir import Model
 from .graph.passes import ALIGNMENT, MemoryPlan
 from .graph.types import TensorType, contiguous
-from .measure.runner import aligned_empty
+from .measure.cpu import aligned_empty
 
 __all__ = [
     "BenchmarkResult",

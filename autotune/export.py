@@ -226,7 +226,7 @@ def export_executor(executor, path: str | os.PathLike) -> str:
     BuildError when the model cannot be exported (a kernel for another machine, no C
     compiler); TargetError for a non-CPU executor."""
     target = Target(executor.target)
-    if target.kind != "llvm":
+    if not target.is_cpu:
         raise TargetError(f"export_library writes CPU (llvm) models; this executor runs on "
                           f"a {target.kind} target ({executor.target!r})")
     folder = os.fspath(path)

@@ -1,5 +1,6 @@
-"""GPU kernels: build a PrimFunc into OpenCL C and run it through pyopencl on numpy arrays
-(CUDA targets: :mod:`autotune.cuda`, which :func:`build_gpu` hands them to).
+"""GPU kernels: a PrimFunc printed as OpenCL C and run through pyopencl on numpy arrays; the
+lowering and printing both GPU backends use (:func:`gpu_program`; CUDA kernels:
+:mod:`autotune.cuda`; building one: :func:`autotune.backends.build_gpu`).
 
     kernel = autotune.build(func, target="opencl")           # or "opencl -platform=pocl"
     kernel(a, b, c)               # copied to the device, outputs copied back in place
@@ -18,12 +19,12 @@ from tensor_ir.codegen.gpu_c import GPUModule, GPUSource, gpu_module, split_kern
 from tensor_ir.codegen.gpu_verify import verify_gpu_kernel
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
-from tensor_ir.target import Target, TargetError, opencl_device
+from tensor_ir.target import Target, opencl_device
 from tensor_ir.thread_reduce import lower_for_gpu
 
 from .kernel_args import check_arrays
 
-__all__ = ["GPUKernel", "build_gpu", "device_context", "gpu_program",
+__all__ = ["GPUKernel", "device_context", "gpu_program",
            "opencl_available", "opencl_problem"]
 
 # platform string -> (context, queue), or the BuildError of a device that cannot compile.
@@ -278,45 +279,14 @@ class GPUKernel:
         return times
 
 
-def build_gpu(func: PrimFunc, target: str | Target = "opencl", name: str | None = None):
-    """Lower ``func`` (if needed) for the GPU (:func:`tensor_ir.thread_reduce.lower_for_gpu`:
-    cross-thread reductions, then the ordinary lowering), print it as OpenCL C (an ``opencl``
-    target, giving a :class:`GPUKernel`) or CUDA C (a ``cuda`` target, giving an
-    :class:`autotune.cuda.CUDAKernel`) and compile it for ``target``'s device.  Raises
-    TargetError for a CPU target and BuildError for a program a kernel cannot be (see
-    :func:`tensor_ir.codegen.gpu_c.gpu_source`), one the verifier refuses, or a missing
-    runtime.  A function whose top level is a sequence of nests becomes one kernel per nest,
-    launched in order (:func:`tensor_ir.codegen.gpu_c.gpu_module`)."""
-    t = Target(target)
-    if not t.is_gpu:
-        raise TargetError(f"build_gpu runs GPU (opencl, cuda) targets; {str(t)!r} is a "
-                          f"{t.kind} target")
-    if not isinstance(func, PrimFunc):
-        raise BuildError(f"build_gpu takes a PrimFunc, got {type(func).__name__}")
-    if t.kind == "cuda":
-        from .cuda import cuda_problem
-
-        problem = cuda_problem()  # no pycuda or no GPU: say so before spending a compile
-        if problem is not None:
-            raise BuildError(problem)
-    else:
-        _context(dict(t.options).get("platform"))
-    lowered, source = gpu_program(func, t, name)
-    if t.kind == "cuda":
-        from .cuda import CUDAKernel
-
-        return CUDAKernel(source, lowered, t)
-    return GPUKernel(source, lowered, t)
-
-
-def gpu_program(func: PrimFunc, target: Target, name: str | None = None):
-    """``(lowered function, GPUModule)`` of ``func`` for GPU ``target``, in its dialect,
-    checked by the verifier kernel by kernel: the target's limits (for CUDA with nvcc here,
+def gpu_program(func: PrimFunc, target: Target, name: str | None = None, *, dialect: str):
+    """``(lowered function, GPUModule)`` of ``func`` for GPU ``target``, printed in
+    ``dialect`` ("opencl" or "cuda", the backend's), checked by the verifier kernel by
+    kernel: the target's limits (for CUDA with nvcc here,
     ptxas's register count too), and no global store that a launch axis leaves to several
     threads (an unbound loop every thread would repeat, a reduction bound to threads without
     the cross-thread lowering).  Needs no device."""
     lowered = lower_for_gpu(func)
-    dialect = "cuda" if target.kind == "cuda" else "opencl"
     source = gpu_module(lowered, dialect, name=name,
                         max_threads_per_block=target.max_threads_per_block,
                         max_shared_memory_per_block=target.max_shared_memory_per_block)

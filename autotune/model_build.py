@@ -16,12 +16,11 @@ space yields no valid program.  Identical fused functions are scheduled and comp
 the scheduled functions and compiled kernels are also cached for the process, so building
 the same model again is cheap.
 
-On an ``opencl`` target the records are those tuned for it, and the default schedule is a
-sample, at the build's seed, of the GPU design space restricted to auto-inline and auto-bind
-(each thread computes one output element; see gpu_default_candidate): the CPU rule of thumb
-sets vector and parallel decisions a GPU has no use for and no thread counts.  The kernels
-are OpenCL ones (autotune.gpu) and the executor keeps weights and intermediates on the
-device (autotune.gpu_executor).  Weights are not prepacked there: a packing stage of a GPU
+The target's backend (autotune.backends) compiles the kernels, gives the default schedule and
+the device the executor keeps its buffers on.  On an ``opencl`` or ``cuda`` target the
+records are those tuned for it, the default schedule is a sample at the build's seed of the
+GPU design space restricted to inlining and binding (autotune.backends.gpu), and the
+executor keeps weights and intermediates on the device (autotune.gpu_executor).  Weights are not prepacked there: a packing stage of a GPU
 schedule runs on the device with the rest of its function.
 """
 from __future__ import annotations
@@ -35,21 +34,16 @@ from typing import Callable
 import numpy as np
 
 from records import Database, TuningRecord
-from schedules.default_schedule import default_candidate
-from schedules.errors import ScheduleError
 from schedules.postproc import replay
-from schedules.rules import create as create_rule
 from schedules.schedule import Schedule
-from schedules.space import Candidate, DesignSpace
 from schedules.trace import Trace
 from tensor_ir.errors import BuildError, TensorIRError
 from tensor_ir.func import PrimFunc
-from tensor_ir.target import Target, TargetError
+from tensor_ir.target import Target
 
-from .build import build
+from .backends import backend_for
 from .executor import BuildReport, Executor, FunctionReport, Step
 from .frontends import load_model
-from .gpu import build_gpu, device_context
 from .history import choose_record
 from .graph.ir import Model
 from .graph.operators import VIEW
@@ -64,7 +58,6 @@ __all__ = [
     "clear_caches",
     "database_lookup",
     "default_schedule",
-    "gpu_default_candidate",
 ]
 
 Lookup = Callable[[PrimFunc], object]
@@ -77,9 +70,6 @@ class MissingRecordWarning(UserWarning):
 class DefaultScheduleWarning(UserWarning):
     """No default schedule could be sampled for a function; it runs as a plain loop nest."""
 
-
-# The GPU rules of a default schedule (see gpu_default_candidate).
-GPU_DEFAULT_RULES = ("auto_inline", "auto_bind")
 
 # Process-wide caches: (target, workload key) -> scheduled func; (target, scheduled hash) ->
 # kernel.  Bounded so that a long session building many models does not grow without end.
@@ -112,41 +102,22 @@ def clear_caches() -> None:
         _kernels.clear()
 
 
-def gpu_default_candidate(func: PrimFunc, target: Target, seed: int = 0) -> Candidate | None:
-    """The default schedule of ``func`` on a GPU target: a sample drawn with ``seed`` from the
-    space of the GPU rules that inline and bind (GPU_DEFAULT_RULES: one output element per
-    thread, reductions serial in their thread), else from the full GPU space; None when
-    neither yields a valid program.
-
-    NOTE: the tiled programs of the full space (shared-memory staging, barriers) are left to
-    tuning on purpose.  The tuner runs each candidate in an isolated worker, where a program
-    that faults the OpenCL runtime costs one record; a default schedule runs in the caller's
-    process, and PoCL was seen to crash on a valid-looking staged sample."""
-    for rules in ([create_rule(kind) for kind in GPU_DEFAULT_RULES], None):
-        try:
-            return DesignSpace(func, target, rules=rules).sample(seed=seed)
-        except (ScheduleError, TensorIRError):
-            continue
-    return None
-
-
 def default_schedule(func: PrimFunc, target: Target, seed: int = 0) -> PrimFunc | None:
-    """The default schedule of ``func`` (on a CPU schedules.default_schedule: the program the
-    tuner measures first; on a GPU :func:`gpu_default_candidate`), cached for the process;
-    None when the space yields no valid program."""
+    """The default schedule of ``func``: its backend's (autotune.backends; on a CPU
+    schedules.default_schedule, the program the tuner measures first), cached for the
+    process; None when the space yields no valid program."""
     key = (str(target), func.structural_hash(), seed)
     cached = _cache_get(_schedules, key)
     if cached is not None:
         return cached
-    pick = gpu_default_candidate if target.is_gpu else default_candidate
     try:
-        candidate = pick(func, target, seed)
+        scheduled = backend_for(target).default_schedule(func, target, seed)
     except (TensorIRError, RecursionError):
-        candidate = None
-    if candidate is None:
+        scheduled = None
+    if scheduled is None:
         return None
-    _cache_put(_schedules, key, candidate.func)
-    return candidate.func
+    _cache_put(_schedules, key, scheduled)
+    return scheduled
 
 
 def _apply_record(func: PrimFunc, found, target: Target) -> PrimFunc:
@@ -183,8 +154,7 @@ def _compile(func: PrimFunc, target: Target, name: str):
     key = (str(target), func.structural_hash())
     kernel = _cache_get(_kernels, key)
     if kernel is None:
-        compile_one = build_gpu if target.is_gpu else build
-        kernel = compile_one(func, target, name=name)
+        kernel = backend_for(target).compile(func, target, name=name)
         _cache_put(_kernels, key, kernel)
     return kernel
 
@@ -207,18 +177,10 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
     if not isinstance(model, Model):
         model = load_model(model)
     target = Target("llvm" if target is None else target)
-    on_gpu = target.is_gpu
-    if target.kind not in ("llvm", "opencl", "cuda"):
-        raise TargetError(f"build_model builds models for llvm (CPU), opencl and cuda "
-                          f"targets; {str(target)!r} is a {target.kind} target")
-    # A missing device or GPU runtime is named before any function is scheduled.
-    context = device_context(target) if target.kind == "opencl" else None
-    if target.kind == "cuda":
-        from .cuda import cuda_problem
-
-        problem = cuda_problem()
-        if problem is not None:
-            raise BuildError(problem)
+    backend = backend_for(target)
+    # A missing device or GPU runtime is named before any function is scheduled (a CPU
+    # target that is not this machine still builds: its kernels are exported).
+    device = backend.model_device(target)
     if database is not None:
         if lookup is not None:
             raise BuildError("build_model: pass database= or lookup=, not both")
@@ -278,7 +240,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
         gf = funcs[group.output]
         kernel, args = kernels[gf.key], gf.params + [group.output]
         constant = frozenset(k for k, v in enumerate(gf.params) if v in optimized.constants)
-        if constant and prepack and not on_gpu:
+        if constant and prepack and backend.cpu:
             split = splits.get((gf.key, constant))
             if split is None:
                 split = splits[gf.key, constant] = _split_packing(
@@ -288,10 +250,9 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
                                                       packed)
         steps.append(Step(group.name, kernel, args, gf.key))
     plan = plan_memory(optimized, groups)
-    if on_gpu:
-        from .gpu_executor import CUDADevice, GPUExecutor, OpenCLDevice
+    if device is not None:
+        from .gpu_executor import GPUExecutor
 
-        device = CUDADevice() if target.kind == "cuda" else OpenCLDevice(context)
         return GPUExecutor(optimized, steps, plan, views, report, str(target), device)
     return Executor(optimized, steps, plan, views, report, str(target), extra_constants=packed)
 

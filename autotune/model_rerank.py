@@ -33,6 +33,7 @@ from search.loop import make_logger
 from tensor_ir.errors import BuildError
 from tensor_ir.target import Target
 
+from .backends import backend_for
 from .frontends import Model, load_model
 from .model_build import build_model, database_lookup
 
@@ -53,9 +54,10 @@ def rerank_in_model(model, target: str | Target, database, k: int = 8, rounds: i
     if not 0 <= min_share < 1:
         raise ValueError(f"rerank_in_model: min_share is a share in [0, 1), got {min_share!r}")
     target = target if isinstance(target, Target) else Target(target)
-    if target.kind != "llvm":
-        raise BuildError(f"rerank_in_model times kernels in a CPU build; {target} is a "
-                         f"{target.kind} target")
+    backend = backend_for(target)
+    if not backend.cpu:
+        raise BuildError(f"rerank_in_model times kernels in a CPU build; {target} is served "
+                         f"by the {backend.name} backend")
     if not isinstance(model, Model):
         model = load_model(model)
     owned = isinstance(database, (str, os.PathLike))

@@ -36,6 +36,7 @@ import numpy as np
 from search.task_scheduler import SchedulerTask, estimated_latency
 from tensor_ir.target import Target
 
+from .backends import backend_for
 from .history import choose_record
 
 __all__ = ["ModelReport", "format_duration", "format_report", "format_seconds", "load",
@@ -141,8 +142,9 @@ def _measure_gemm_rate() -> float:
 
 def peak_flops(target: Target) -> tuple[float | None, str]:
     """(peak float32 FLOP/s of ``target`` or None, how it was obtained); see the module text."""
-    if target.kind != "llvm":
-        return None, f"no peak figure for {target.kind} targets"
+    backend = backend_for(target)
+    if not backend.cpu:
+        return None, f"no peak figure for {backend.name} targets"
     lanes = target.vector_lanes("float32")
     per_lane = 4 if (target.has_feature("fma") or target.has_feature("neon")) else 2
     cores = target.num_cores or 1
@@ -174,8 +176,8 @@ def peak_bandwidth(target: Target, nbytes: float | None = None) -> tuple[float |
     the rate of the smallest cache level (L2, last level) that holds it, main memory when
     none does or ``nbytes`` is None.  Measured once per process per level; see the module
     text."""
-    if target.kind != "llvm" or not target.is_host:
-        return None, "bandwidth is measured on this machine only"
+    if not backend_for(target).cpu or not target.is_host:
+        return None, "bandwidth is measured on this machine's CPU only"
     levels = [("L2", target.l2_cache), ("L3", target.l3_cache)]
     for name, size in levels:
         # Half the level for source and destination together, so both stay resident.

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 import cost_models
 import search
 from records import Database, MemoryDatabase
-from schedules.default_schedule import default_candidate
 from schedules.schedule import Schedule
 from schedules.space import DesignSpace
 from schedules.trace import Trace
@@ -39,6 +38,7 @@ from tensor_ir.errors import TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
+from .backends import backend_for
 from .history import choose_record
 from .measure import Builder, LocalBuilder, LocalRunner, MeasureConfig, Runner
 
@@ -199,10 +199,9 @@ def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Bui
     seeds = []
     if space is None:
         space = DesignSpace(func, target)
-        # NOTE: the default schedule's rule of thumb is a CPU one (vector lanes, parallel jobs
-        # per core); on a GPU target it sets no thread counts, so no default is seeded there.
-        default = None if target.is_gpu else default_candidate(func, target)
-        seeds = [default.final_trace] if default is not None else []
+        # The first candidates measured: the backend's (on a CPU the default schedule; a GPU
+        # backend seeds none, see autotune.backends.gpu).
+        seeds = backend_for(target).tuning_seeds(func, target)
     return search.TuningLoop(space, strategy, cost_model, builder, runner, database,
                              config=settings, measure_config=measure_config, log=log,
                              seed_traces=seeds, weight_params=weight_params,

@@ -47,9 +47,9 @@ import cost_models
 import search
 from records import Database
 from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
-from tensor_ir.errors import BuildError
 from tensor_ir.target import Target
 
+from .backends import backend_for
 from .executor import BuildReport
 from .frontends import load_model
 from .graph.ir import Model
@@ -202,7 +202,7 @@ def weights_read_cold(model: Model, target: Target) -> bool:
     13.5 MiB, but with its activations (several of 4.8 MiB) its late 1x1 convolutions ran
     1.4-1.8x slower in the model than on warm weights, and like alone on a flushed cache.
     The activations count once each (each is written once per run and then read)."""
-    if target.kind != "llvm" or not target.l3_cache:
+    if not backend_for(target).cpu or not target.l3_cache:
         return False
     weights = sum(np.asarray(array).nbytes for array in model.constants.values())
     activations = sum(t.nbytes for name, t in model.types.items()
@@ -225,7 +225,7 @@ def streamed_bytes(model: Model, target: Target) -> int:
     600 MiB, from memory, the heaviest ran up to 1.6x slower than in the model).
     Not needed where weights_read_cold holds (read from memory anyway), nor where the
     private cache sizes are unknown (0)."""
-    if target.kind != "llvm" or not target.l2_cache:
+    if not backend_for(target).cpu or not target.l2_cache:
         return 0
     optimized = optimize(model)
     plan = plan_memory(optimized, fuse_ops(optimized))
@@ -299,23 +299,14 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         raise TuneError(f"tune_model: min_coverage is a share of FLOPs in [0, 1], got "
                         f"{min_coverage!r}")
     target = target if isinstance(target, Target) else Target(target)
-    if target.is_gpu and runner is None:
-        # The local runner times every candidate on this machine's GPU (an OpenCL device,
+    backend = backend_for(target)
+    if not backend.cpu and runner is None:
+        # The local runner times every candidate on this machine's device (an OpenCL device,
         # the CUDA GPU), and the model is built on it at the end: without one, every trial
         # would fail.
-        if target.kind == "cuda":
-            from .cuda import cuda_problem
-
-            problem = cuda_problem()
-            if problem is not None:
-                raise TuneError(f"tune_model: target {target}: {problem}")
-        else:
-            from .gpu import device_context
-
-            try:
-                device_context(target)
-            except BuildError as err:
-                raise TuneError(f"tune_model: target {target}: {err}") from None
+        problem = backend.unavailable(target)
+        if problem is not None:
+            raise TuneError(f"tune_model: target {target}: {problem}")
     now = time.time()
     limits = [d for d in (deadline, None if time_budget is None
                           else now + parse_duration(time_budget)) if d is not None]
@@ -357,7 +348,7 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                                cold_weights=cold_weights, cold_bytes=cold_bytes,
                                # Activations as their producer leaves them (see
                                # MeasureInput.fresh_inputs); a CPU runner's protocol.
-                               fresh_inputs=target.kind == "llvm")
+                               fresh_inputs=backend.cpu)
 
         # 3. Search.
         scheduler = TaskScheduler(
@@ -382,7 +373,7 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                                              getattr(runner, "host_wait_seconds", 0.0)))
 
         # 5. Each heavy task's record chosen by its time inside the model (CPU targets).
-        if rerank_top > 1 and rerank_rounds > 0 and target.kind == "llvm" and \
+        if rerank_top > 1 and rerank_rounds > 0 and backend.cpu and \
                 outcome.stopped != "interrupted":
             from .model_rerank import rerank_in_model
 

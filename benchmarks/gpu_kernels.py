@@ -148,7 +148,8 @@ def _numpy_ms(reference, inputs: list, repeat: int = 5) -> float:
 def main(argv=None) -> None:
     import argparse
 
-    from autotune.gpu import build_gpu, opencl_problem
+    from autotune.backends import build_gpu
+    from autotune.gpu import opencl_problem
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_kernels")
     parser.add_argument("--only", default=None,

@@ -9,6 +9,9 @@ Three rules hold over every import statement of the packages, those inside funct
    circle stays inside one package or not.
 3. **No reaching into privates.** A module never takes another module's underscored name
    (``from m import _x`` or ``m._x``).
+4. **One place knows the target kinds.** In ``autotune``, only ``autotune.backends`` compares
+   a target's kind with "llvm", "cuda" or "opencl" or asks ``is_gpu``; the rest asks the
+   target's backend.
 
 Run ``python tests/test_architecture.py`` to print every violation with its file and line.
 """
@@ -265,8 +268,43 @@ def test_no_module_reaches_into_another_modules_privates():
     assert private_uses(source_files()) == []
 
 
+# Where the target kinds may be told apart: the backends, and Target itself (which defines
+# them).  Everything else asks autotune.backends.backend_for(target).
+KIND_SWITCHES_ALLOWED = ("autotune.backends", "tensor_ir.target")
+KINDS = {"llvm", "cuda", "opencl"}
+
+
+def kind_switches(modules: dict[str, Path]) -> list[str]:
+    """Comparisons of a ``.kind`` with a target kind's name (``target.kind == "cuda"``,
+    ``t.kind in ("opencl", "cuda")``) and uses of ``.is_gpu``, in the autotune package
+    outside the modules allowed to tell kinds apart."""
+    out = []
+    for module, path in modules.items():
+        if not module.startswith("autotune") or module.startswith(KIND_SWITCHES_ALLOWED):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Attribute) and node.attr == "is_gpu":
+                out.append(f"{where}: {ast.unparse(node)}")
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            if not any(isinstance(n, ast.Attribute) and n.attr == "kind" for n in sides):
+                continue
+            names = {c.value for n in sides for c in ast.walk(n)
+                     if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+            if names & KINDS:
+                out.append(f"{where}: {ast.unparse(node)}")
+    return out
+
+
+def test_only_the_backends_tell_target_kinds_apart():
+    assert kind_switches(source_files()) == []
+
+
 def test_checker_catches_planted_violations(tmp_path, monkeypatch):
-    """The three rules fire on a small tree that breaks each of them once."""
+    """The four rules fire on a small tree that breaks each of them."""
     root = tmp_path
     for package in STACK:
         (root / package).mkdir()
@@ -274,12 +312,19 @@ def test_checker_catches_planted_violations(tmp_path, monkeypatch):
     (root / "tensor_ir" / "a.py").write_text("from autotune import api\nfrom .b import _x\n")
     (root / "tensor_ir" / "b.py").write_text(
         "def f(loop):\n    from . import a\n    return loop._step()\n_x = 1\n")
-    (root / "autotune" / "api.py").write_text("")
+    (root / "autotune" / "api.py").write_text(
+        "def f(target, group):\n    if target.kind == 'cuda' or target.is_gpu:\n"
+        "        return group.kind == 'view'\n")
+    (root / "autotune" / "backends").mkdir()
+    (root / "autotune" / "backends" / "__init__.py").write_text(
+        "def f(target):\n    return target.kind in ('opencl', 'cuda')\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", root)
     modules = source_files()
     assert len(upward_imports(modules)) == 1
     assert cycles(modules) == [["tensor_ir.a", "tensor_ir.b"]]
     assert len(private_uses(modules)) == 2
+    assert [p.split(": ", 1)[1] for p in kind_switches(modules)] == [
+        "target.kind == 'cuda'", "target.is_gpu"]
 
 
 if __name__ == "__main__":
@@ -292,4 +337,7 @@ if __name__ == "__main__":
     print("\n".join("  " + " <-> ".join(c) for c in found))
     problems = private_uses(modules)
     print(f"private names used across modules: {len(problems)}")
+    print("\n".join("  " + p for p in problems))
+    problems = kind_switches(modules)
+    print(f"target kinds told apart outside the backends: {len(problems)}")
     print("\n".join("  " + p for p in problems))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from tensor_ir.func import PrimFunc
 
+from .backend import AcceleratorBackend
 from .builder import AcceleratorBuilder
 from .hardware import (
     ACC_SCOPE,
@@ -69,6 +70,7 @@ __all__ = [
     "TARGET_NAME",
     "WGT_SCOPE",
     "Accelerator",
+    "AcceleratorBackend",
     "AcceleratorBuilder",
     "AcceleratorError",
     "AcceleratorRunner",

@@ -59,7 +59,7 @@ SCRATCHPAD_SCOPES = (INP_SCOPE, WGT_SCOPE, ACC_SCOPE)
 # alone would not set the accelerator's records apart from the host CPU's; the vendor field of
 # the triple does (see accelerator_target).
 TARGET_NAME = "simaccel"
-_VENDOR = "simaccel"
+VENDOR = "simaccel"
 
 
 class AcceleratorError(TensorIRError, ValueError):
@@ -145,7 +145,7 @@ def accelerator_target() -> Target:
     if len(parts) < 3:
         raise AcceleratorError(f"cannot derive the accelerator's triple from the host triple "
                                f"{host!r} (expected arch-vendor-os[-env])")
-    triple = "-".join([parts[0], _VENDOR] + parts[2:])
+    triple = "-".join([parts[0], VENDOR] + parts[2:])
     spec = f"llvm -mtriple={triple} -num-cores=1"
     try:
         return Target.register(TARGET_NAME, spec, overwrite=True)

@@ -41,7 +41,8 @@ from search.measure import (
 )
 from tensor_ir.errors import TensorIRError
 
-from ..measure.runner import compare_outputs, param_spec, workload_seed
+from ..measure.protocol import compare_outputs
+from ..measure.runner import param_spec, workload_seed
 from ..measure.worker import WorkerProcess
 from .hardware import DEFAULT_ACCELERATOR, Accelerator, AcceleratorError
 from .intrinsic import functional_model

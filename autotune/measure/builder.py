@@ -25,10 +25,9 @@ import time
 from collections.abc import Sequence
 
 from search.measure import Builder, BuildResult, MeasureInput
-from tensor_ir import intrinsics
 from tensor_ir.target import Target
 
-from .gpu import ARTIFACT_SUFFIX
+from ..backends import backend_for
 from .worker import WorkerProcess, wait_any
 
 __all__ = ["LocalBuilder", "clean_stale_build_dirs"]
@@ -193,18 +192,10 @@ class LocalBuilder(Builder):
 
     def _request(self, inp: MeasureInput) -> dict:
         self._counter += 1
-        # A GPU candidate's artifact is its source and launch description (see .gpu).
-        suffix = ARTIFACT_SUFFIX if inp.target.is_gpu else ".o"
-        path = os.path.join(self.work_dir, f"cand{self._counter:07d}{suffix}")
+        backend = backend_for(inp.target)
+        path = os.path.join(self.work_dir, f"cand{self._counter:07d}{backend.artifact_suffix}")
         request = {"func": inp.func.to_json(), "target": str(inp.target), "path": path}
-        if inp.target.kind == "llvm":
-            # Intrinsics registered at run time exist in this process only (see
-            # tensor_ir.intrinsics.portable): their definitions travel with the candidate.
-            shipped = intrinsics.portables(inp.func)
-            if shipped:
-                request["intrinsics"] = shipped
-            if inp.weight_params:
-                request["weight_params"] = list(inp.weight_params)
+        backend.build_request(inp, request)
         return request
 
     def _result(self, status: str, reply, seconds: float) -> BuildResult:
@@ -235,35 +226,15 @@ class LocalBuilder(Builder):
 
 
 def handle_build_request(request: dict, state: dict) -> dict:
-    """Worker side: build one candidate to an object file (not loaded here: the runner loads
-    it, so the build skips the JIT), or for a GPU target to verified OpenCL C or CUDA C (with
-    its cubin: nvcc runs here, in the builder's pool)."""
-    from autotune.build import build_object
-    from autotune.prepack import split_packing
+    """Worker side: build one candidate's artifact with its target's backend (a CPU
+    object file, not loaded here: the runner loads it, so the build skips the JIT; a GPU
+    candidate's verified OpenCL C or CUDA C, with its cubin: nvcc runs here, in the
+    builder's pool)."""
     from tensor_ir.errors import TensorIRError
-    from tensor_ir.func import PrimFunc
 
     start = time.perf_counter()
     try:
-        target = Target(request["target"])
-        if target.is_gpu:
-            from .gpu import build_gpu_artifact
-
-            build_gpu_artifact(request["func"], target, request["path"])
-            return {"path": request["path"], "seconds": time.perf_counter() - start}
-        if target.kind != "llvm":
-            raise TensorIRError(f"LocalBuilder builds CPU (llvm) and GPU targets; got "
-                                f"{target}")
-        for spec in request.get("intrinsics", ()):
-            intrinsics.install(spec)
-        func = PrimFunc.from_json(request["func"])
-        if request.get("weight_params"):
-            # The packing of model weights is split off, as a model build does; the runner
-            # packs the weights once before timing (see MeasureInput.weight_params).
-            func, _ = split_packing(func, request["weight_params"])
-        object_code = build_object(func, target=target)
-        with open(request["path"], "wb") as f:
-            f.write(object_code)
+        backend_for(Target(request["target"])).build_artifact(request)
     except TensorIRError as err:
         return {"error": f"{type(err).__name__}: {err}", "seconds": time.perf_counter() - start}
     except Exception as err:  # noqa: BLE001 - a bug in a lower layer is still a build error

@@ -79,8 +79,8 @@ from tensor_ir import intrinsics
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
+from ..backends import backend_for
 from .builder import clean_stale_build_dirs, handle_build_request, make_build_dir
-from .gpu import ARTIFACT_SUFFIX
 
 __all__ = ["RayBuilder", "RayRunner", "connect", "measure_resource", "node_resources"]
 
@@ -151,20 +151,16 @@ def connect(address: str | None = "auto") -> None:
 # Builder
 # ---------------------------------------------------------------------------------------------
 
-def build_to_bytes(func_json: dict, target: str, suffix: str, shipped: list | None = None,
-                   weight_params: list | None = None) -> dict:
+def build_to_bytes(func_json: dict, target: str, suffix: str, extras: dict | None = None
+                   ) -> dict:
     """Ray task body: build one candidate as the local builder's workers do, and return its
     artifact's bytes (the tuner's machine keeps them) with the node that built it.
-    ``shipped``: definitions of the run-time registered intrinsics the candidate uses;
-    ``weight_params``: see MeasureInput.weight_params."""
+    ``extras``: what the target's backend adds to a build request (Backend.build_request:
+    e.g. run-time registered intrinsics, MeasureInput.weight_params)."""
     folder = make_build_dir()  # owned: swept by clean_stale_build_dirs if the task is killed
     try:
         path = os.path.join(folder, "candidate" + suffix)
-        request = {"func": func_json, "target": target, "path": path}
-        if shipped:
-            request["intrinsics"] = shipped
-        if weight_params:
-            request["weight_params"] = weight_params
+        request = {**(extras or {}), "func": func_json, "target": target, "path": path}
         reply = handle_build_request(request, {})
         if not reply.get("error"):
             with open(path, "rb") as f:
@@ -220,11 +216,10 @@ class RayBuilder(Builder):
                 # The canonical string: a node resolving plain "llvm" would compile for its
                 # own CPU, not for the one the tuner asked for.
                 target = targets.setdefault(id(inp.target), canonical_target(inp.target))
-                suffix = ARTIFACT_SUFFIX if inp.target.is_gpu else ".o"
-                llvm = inp.target.kind == "llvm"
-                shipped = intrinsics.portables(inp.func) if llvm else []
-                packed = list(inp.weight_params) if llvm else []
-                ref = self._task.remote(inp.func.to_json(), target, suffix, shipped, packed)
+                backend, extras = backend_for(inp.target), {}
+                backend.build_request(inp, extras)
+                ref = self._task.remote(inp.func.to_json(), target, backend.artifact_suffix,
+                                        extras)
                 flight[ref] = (i, time.monotonic())
             nearest = min(start for _, start in flight.values()) + self.timeout
             ready, _ = ray.wait(list(flight), num_returns=1,
@@ -521,10 +516,7 @@ class RayRunner(SequentialRunner):
                    "cold_bytes": inp.cold_bytes, "artifact": artifact,
                    "suffix": os.path.splitext(build.artifact_path)[1] or ".o",
                    "build_seconds": build.build_seconds, "best": self._best.get(key)}
-        if inp.target.kind == "llvm":
-            shipped = intrinsics.portables(inp.func)
-            if shipped:
-                request["intrinsics"] = shipped
+        backend_for(inp.target).build_request(inp, request)  # the intrinsics it ships
         # A node may first wait for its host to be quiet (MeasureConfig.quiet_wait).
         budget = (self.config.timeout + self.config.quiet_wait + _GRACE_SECONDS
                   + self.node_timeout)

@@ -23,31 +23,27 @@ import numpy as np
 
 from tensor_ir.target import Target
 
-__all__ = ["ARTIFACT_SUFFIX", "build_gpu_artifact", "load_module", "measure_gpu"]
+from .protocol import check_after_timing, poison, timed_repeats
+
+__all__ = ["ARTIFACT_SUFFIX", "load_module", "measure_kernel", "write_artifact"]
 
 ARTIFACT_SUFFIX = ".gpu.json"
 
 
-def build_gpu_artifact(func_json: dict, target: Target, path: str) -> None:
-    """Lower, print and verify one candidate (for CUDA, compile it too); write its JSON
-    artifact to ``path``.  Raises the codegen's BuildError, the verifier's typed error or
-    nvcc's CudaCompileError for a program that cannot be a kernel on ``target``."""
-    from autotune.gpu import gpu_program
-    from tensor_ir.codegen.gpu_verify import compile_cubin
-    from tensor_ir.func import PrimFunc
-
-    _, module = gpu_program(PrimFunc.from_json(func_json), target)
+def write_artifact(module, target: Target, path: str, binary: bytes | None = None) -> None:
+    """Write the JSON artifact of a printed and verified GPU module to ``path``; ``binary``:
+    the device code the backend compiled in the build worker (a CUDA cubin), if any."""
     data = asdict(module)
     data["target"] = str(target)
-    if target.kind == "cuda":
-        data["cubin"] = base64.b64encode(compile_cubin(module.code, target.arch)[0]).decode()
+    if binary is not None:
+        data["cubin"] = base64.b64encode(binary).decode()
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f)
 
 
 def load_module(path: str):
     """(GPUModule, target string, cubin bytes or None) of an artifact written by
-    build_gpu_artifact."""
+    write_artifact."""
     from tensor_ir.codegen.gpu_c import GPUModule, GPUParam, GPUSource
 
     with open(path, encoding="utf-8") as f:
@@ -66,48 +62,11 @@ def load_module(path: str):
     return module, data["target"], cubin
 
 
-def measure_gpu(request: dict, work: dict, poison, timed_repeats, check_after_timing) -> dict:
-    """Worker side of one GPU candidate: the reply LocalRunner's worker gives for a CPU one
-    (run_times, number, checked, stopped_early, kernel_seconds, or an error kind), by the
-    same protocol: ``poison``, ``timed_repeats`` and ``check_after_timing`` are the CPU
-    worker's (autotune.measure.runner).  A CUDA driver error (a fault, a launch the device
-    refuses) adds ``restart_worker``: the context it leaves cannot run anything more."""
-    from tensor_ir.errors import BuildError
-
-    try:
-        module, target, cubin = load_module(request["path"])
-        target = Target(target)
-        if target.kind == "cuda":
-            from autotune.cuda import CUDAKernel
-
-            kernel = CUDAKernel(module, None, target, cubin=cubin)
-        else:
-            from autotune.gpu import GPUKernel
-
-            kernel = GPUKernel(module, None, target)
-    except BuildError as err:
-        return {"error_kind": "runtime", "error_msg": f"{type(err).__name__}: {err}"}
-    try:
-        return _measure_kernel(kernel, module, request, work, poison, timed_repeats,
-                               check_after_timing)
-    except Exception as err:  # noqa: BLE001 - the runtime's own error types
-        if target.kind != "cuda" or not _is_cuda_error(err):
-            raise
-        return {"error_kind": "runtime", "restart_worker": True,
-                "error_msg": f"CUDA error while running the kernel: {type(err).__name__}: "
-                             f"{err}"}
-
-
-def _is_cuda_error(err: Exception) -> bool:
-    try:
-        import pycuda.driver as drv
-    except ImportError:
-        return False
-    return isinstance(err, drv.Error)
-
-
-def _measure_kernel(kernel, module, request, work, poison, timed_repeats,
-                    check_after_timing) -> dict:
+def measure_kernel(kernel, module, request: dict, work: dict) -> dict:
+    """Time one loaded GPU kernel against its prepared workload ``work``: the reply
+    LocalRunner's worker gives for a CPU candidate (run_times, number, checked,
+    stopped_early, kernel_seconds, or an error kind), by the same protocol (:mod:`.protocol`).
+    The backends load the kernel (autotune.backends.gpu)."""
     params = work["params"]
     got = [(tuple(p.shape), p.dtype) for p in module.params]
     want = [(tuple(p["shape"]), p["dtype"]) for p in params]

@@ -12,7 +12,8 @@ from tensor_ir.target import Target, TargetError
 
 pytest.importorskip("pyopencl")
 
-from autotune.gpu import GPUKernel, build_gpu
+from autotune.backends import build_gpu
+from autotune.gpu import GPUKernel
 
 from ..opencl_support import RUN_TARGET, needs_opencl_run
 
@@ -48,7 +49,7 @@ def test_target_limits_refuse_large_work_groups():
 
 def test_build_gpu_refuses_other_targets():
     func, _, _ = elementwise_add(np.random.default_rng(4))
-    with pytest.raises(TargetError, match="llvm target"):
+    with pytest.raises(TargetError, match="served by the llvm backend"):
         build_gpu(func, "llvm")
 
 

@@ -18,7 +18,8 @@ from autotune.measure import (
     MeasureResult,
     measure,
 )
-from autotune.measure.runner import compare_outputs, param_spec, timed_repeats, workload_inputs
+from autotune.measure.protocol import compare_outputs, timed_repeats
+from autotune.measure.runner import param_spec, workload_inputs
 from tensor_ir import te
 from tensor_ir.expr import FloatImm, Var, const
 from tensor_ir.func import PrimFunc
@@ -464,7 +465,7 @@ def test_measure_input_weight_params_are_parameter_indices():
 # -- model weights read cold: the timed calls rotate over copies of them -------------------------
 
 def test_weight_sets_copy_only_the_cold_arrays_and_outgrow_the_cache():
-    from autotune.measure.runner import weight_sets
+    from autotune.measure.cpu import weight_sets
 
     arrays = [np.arange(1024, dtype="float32").reshape(32, 32) + k for k in range(3)]
     cache = 64 * 1024  # bytes: the cold arrays of all sets together pass twice this
@@ -538,7 +539,7 @@ def test_the_runner_rotates_cold_weights_over_the_bytes_asked(builder):
 def test_fresh_loop_copies_before_each_call_and_times_the_calls_alone():
     import ctypes
 
-    from autotune.measure.runner import _Harness
+    from autotune.measure.cpu import _Harness
     from tensor_ir.codegen import LLVMTarget, compile_module
 
     # A kernel that counts its calls in its first argument and copies the first element of
