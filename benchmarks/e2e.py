@@ -293,7 +293,7 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
     in the same minutes tells what the executor adds, the stored sum does not."""
     import statistics
 
-    from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, remove_artifacts
+    from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, built
     from autotune.measure.host import CrossCoreProbe
     from autotune.tune_model import model_tasks, weight_state
     from benchmarks.common import round_states, rounds_by_state, time_once
@@ -314,8 +314,7 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
     probe = CrossCoreProbe()
     probes: list[float | None] = []
     with LocalBuilder() as builder, LocalRunner(config or MeasureConfig()) as runner:
-        builds = builder.build(inputs)
-        try:
+        with built(builder, inputs) as builds:
             run_model()
             probes.append(probe())
             for _ in range(rounds):
@@ -330,8 +329,6 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
                 sums.append(total)
                 model_s.append(time_once(run_model, 0.2))
                 probes.append(probe())
-        finally:
-            remove_artifacts(builds)
     by_state = {}
     for state, picked in rounds_by_state(round_states(probes)).items():
         mine, theirs = [model_s[k] for k in picked], [sums[k] for k in picked]

@@ -41,6 +41,7 @@ share of the run's wall time spent outside kernels.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -60,7 +61,7 @@ from schedules.trace import Trace
 from tensor_ir.func import PrimFunc
 
 from .config import SearchConfig
-from .measure import Builder, MeasureInput, MeasureResult, Runner, remove_artifacts
+from .measure import Builder, MeasureInput, MeasureResult, Runner, built
 from .mutators import sampling_signature, transplant
 from .pool import CandidatePool, PhaseTimers, SearchCandidate
 from .strategy import SearchError, SearchStrategy
@@ -468,13 +469,11 @@ class TuningLoop:
 
     def _measure(self, batch: Sequence[SearchCandidate]) -> list[MeasureResult]:
         inputs = [self.measure_input(c.func) for c in batch]
-        with self.timers.phase("build"):
-            builds = self.builder.build(inputs)
-        try:
+        with contextlib.ExitStack() as stack:
+            with self.timers.phase("build"):
+                builds = stack.enter_context(built(self.builder, inputs))
             with self.timers.phase("run"):
                 results = self.runner.run(inputs, builds)
-        finally:
-            remove_artifacts(builds)
         if len(results) != len(batch):
             raise SearchError(f"the runner returned {len(results)} results for "
                               f"{len(batch)} candidates")
@@ -582,11 +581,10 @@ class TuningLoop:
         if not kept:
             return []
         inputs = [self.measure_input(f) for f in funcs]
-        builds = self.builder.build(inputs)
         samples: list[list[float]] = [[] for _ in kept]
         failed: list[str | None] = [None] * len(kept)
         kernel = 0.0
-        try:
+        with built(self.builder, inputs) as builds:
             for _ in range(rounds):
                 for i, r in enumerate(self.runner.run(inputs, builds)):
                     kernel += r.kernel_seconds
@@ -594,8 +592,6 @@ class TuningLoop:
                         failed[i] = failed[i] or f"{r.error_kind}: {r.error_msg}"
                     else:
                         samples[i].extend(r.run_times)
-        finally:
-            remove_artifacts(builds)
         self.timers.add("kernel_remeasure", kernel)
         out = []
         for rec, times, why in zip(kept, samples, failed):

@@ -18,12 +18,13 @@ wrong answer each come back as a ``MeasureResult`` with ``error_kind`` set and a
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from records import ERROR_KINDS, TuningRecord, canonical_target, host_name, library_version
@@ -40,6 +41,7 @@ __all__ = [
     "MeasureResult",
     "Runner",
     "SequentialRunner",
+    "built",
     "check_lengths",
     "measure",
     "remove_artifacts",
@@ -190,6 +192,34 @@ class MeasureInput:
                 or self.cold_bytes < 0:
             raise ValueError(f"MeasureInput.cold_bytes must be an int >= 0 (bytes), got "
                              f"{self.cold_bytes!r}")
+
+    def to_json(self, reference: bool = True) -> dict:
+        """The wire form builders and runners send to their workers (JSON-able; the target as
+        its resolved string, so a worker on another machine builds for the tuner's CPU, not
+        its own).  ``reference=False`` leaves the reference out: a worker that already holds
+        the workload's gets the candidate alone."""
+        return {"func": self.func.to_json(), "target": str(self.target),
+                "workload_key": self.workload_key,
+                "reference": (self.reference.to_json()
+                              if reference and self.reference is not None else None),
+                "weight_params": list(self.weight_params), "cold_weights": self.cold_weights,
+                "fresh_inputs": self.fresh_inputs, "cold_bytes": self.cold_bytes}
+
+    @staticmethod
+    def from_json(data: dict, reference: PrimFunc | None = None) -> "MeasureInput":
+        """The MeasureInput of :meth:`to_json`'s output; ``reference``: the workload's
+        definition where the data leaves it out."""
+        try:
+            ref = data.get("reference")
+            return MeasureInput(
+                PrimFunc.from_json(data["func"]), data["target"], data["workload_key"],
+                reference=PrimFunc.from_json(ref) if ref is not None else reference,
+                weight_params=tuple(data.get("weight_params", ())),
+                cold_weights=data.get("cold_weights", False),
+                fresh_inputs=data.get("fresh_inputs", False),
+                cold_bytes=data.get("cold_bytes", 0))
+        except (KeyError, AttributeError) as err:
+            raise ValueError(f"not a MeasureInput's JSON form: missing {err}") from None
 
 
 @dataclass(frozen=True)
@@ -398,15 +428,25 @@ class SequentialRunner(Runner):
                                   f"override run")
 
 
-def measure(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput],
-            keep_artifacts: bool = False) -> list[MeasureResult]:
-    """Build and run one batch; artifacts are deleted afterwards unless ``keep_artifacts``."""
+@contextlib.contextmanager
+def built(builder: Builder, inputs: Sequence[MeasureInput], keep_artifacts: bool = False
+          ) -> Iterator[list[BuildResult]]:
+    """``with built(builder, inputs) as builds:`` the batch's build results, their artifact
+    files deleted when the block ends however it ends (unless ``keep_artifacts``): the one
+    place that pairs a build with its clean-up, for one run of the batch or several."""
     builds = builder.build(inputs)
     try:
-        results = runner.run(inputs, builds)
+        yield builds
     finally:
         if not keep_artifacts:
             remove_artifacts(builds)
+
+
+def measure(builder: Builder, runner: Runner, inputs: Sequence[MeasureInput],
+            keep_artifacts: bool = False) -> list[MeasureResult]:
+    """Build and run one batch; artifacts are deleted afterwards unless ``keep_artifacts``."""
+    with built(builder, inputs, keep_artifacts) as builds:
+        results = runner.run(inputs, builds)
     if len(results) != len(inputs):
         raise ValueError(f"the runner returned {len(results)} results for {len(inputs)} "
                          f"candidates")

@@ -68,7 +68,8 @@ class Backend:
 
     # -- measurement, the tuner's side ---------------------------------------------------------
     def build_request(self, inp, request: dict) -> None:
-        """Add what the build worker needs beyond the function and target to ``request``."""
+        """Add to ``request`` what the build worker needs beyond the candidate's wire form
+        (MeasureInput.to_json) and only this process knows."""
 
     def run_request(self, inp, request: dict, config) -> str | None:
         """Add what the run worker needs to ``request``; returns why the candidate cannot be
@@ -76,9 +77,9 @@ class Backend:
         return None
 
     # -- measurement, the workers' side --------------------------------------------------------
-    def build_artifact(self, request: dict) -> None:
-        """Build worker: write the artifact of ``request["func"]`` to ``request["path"]``
-        (typed errors for a program that cannot be a kernel)."""
+    def build_artifact(self, inp, path: str) -> None:
+        """Build worker: write the artifact of the candidate ``inp`` (a MeasureInput) to
+        ``path`` (typed errors for a program that cannot be a kernel)."""
         raise BuildError(f"the {self.name} backend has no build worker")
 
     def measure(self, request: dict, work: dict, state: dict) -> dict:

@@ -51,8 +51,6 @@ class CPUBackend(Backend):
         shipped = intrinsics.portables(inp.func)
         if shipped:
             request["intrinsics"] = shipped
-        if inp.weight_params:
-            request["weight_params"] = list(inp.weight_params)
 
     def run_request(self, inp, request: dict, config) -> str | None:
         from autotune.prepack import split_packing
@@ -88,20 +86,17 @@ class CPUBackend(Backend):
             request["quiet_wait"] = config.quiet_wait
         return None
 
-    def build_artifact(self, request: dict) -> None:
+    def build_artifact(self, inp, path: str) -> None:
         from autotune.build import build_object
         from autotune.prepack import split_packing
-        from tensor_ir.func import PrimFunc
 
-        for spec in request.get("intrinsics", ()):
-            intrinsics.install(spec)
-        func = PrimFunc.from_json(request["func"])
-        if request.get("weight_params"):
+        func = inp.func
+        if inp.weight_params:
             # The packing of model weights is split off, as a model build does; the runner
             # packs the weights once before timing (see MeasureInput.weight_params).
-            func, _ = split_packing(func, request["weight_params"])
-        object_code = build_object(func, target=Target(request["target"]))
-        with open(request["path"], "wb") as f:
+            func, _ = split_packing(func, inp.weight_params)
+        object_code = build_object(func, target=inp.target)
+        with open(path, "wb") as f:
             f.write(object_code)
 
     def measure(self, request: dict, work: dict, state: dict) -> dict:

@@ -101,16 +101,14 @@ class GPUBackend(Backend):
         candidate = gpu_default_candidate(func, target, seed)
         return None if candidate is None else candidate.func
 
-    def build_artifact(self, request: dict) -> None:
+    def build_artifact(self, inp, path: str) -> None:
         """Lower, print and verify one candidate (the verifier's typed error for a program
         that cannot be a kernel on the target), and write its JSON artifact."""
         from autotune.gpu import gpu_program
         from autotune.measure.gpu import write_artifact
 
-        target = Target(request["target"])
-        _, module = gpu_program(PrimFunc.from_json(request["func"]), target,
-                                dialect=self.dialect)
-        write_artifact(module, target, request["path"], self.binary(module, target))
+        _, module = gpu_program(inp.func, inp.target, dialect=self.dialect)
+        write_artifact(module, inp.target, path, self.binary(module, inp.target))
 
     def measure(self, request: dict, work: dict, state: dict) -> dict:
         """The GPU worker's side of one candidate: load its artifact and time it by the

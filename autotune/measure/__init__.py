@@ -19,6 +19,7 @@ from search.measure import (
     MeasureInput,
     MeasureResult,
     Runner,
+    built,
     measure,
     remove_artifacts,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "MeasureInput",
     "MeasureResult",
     "Runner",
+    "built",
     "measure",
     "remove_artifacts",
 ]

@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 
 from search.measure import Builder, BuildResult, MeasureInput
+from tensor_ir import intrinsics
 from tensor_ir.target import Target
 
 from ..backends import backend_for
@@ -194,7 +195,7 @@ class LocalBuilder(Builder):
         self._counter += 1
         backend = backend_for(inp.target)
         path = os.path.join(self.work_dir, f"cand{self._counter:07d}{backend.artifact_suffix}")
-        request = {"func": inp.func.to_json(), "target": str(inp.target), "path": path}
+        request = {"input": inp.to_json(reference=False), "path": path}
         backend.build_request(inp, request)
         return request
 
@@ -234,7 +235,12 @@ def handle_build_request(request: dict, state: dict) -> dict:
 
     start = time.perf_counter()
     try:
-        backend_for(Target(request["target"])).build_artifact(request)
+        # Intrinsics registered at run time in the tuner's process: before the function that
+        # names them is read.
+        for spec in request.get("intrinsics", ()):
+            intrinsics.install(spec)
+        inp = MeasureInput.from_json(request["input"])
+        backend_for(inp.target).build_artifact(inp, request["path"])
     except TensorIRError as err:
         return {"error": f"{type(err).__name__}: {err}", "seconds": time.perf_counter() - start}
     except Exception as err:  # noqa: BLE001 - a bug in a lower layer is still a build error

@@ -151,16 +151,15 @@ def connect(address: str | None = "auto") -> None:
 # Builder
 # ---------------------------------------------------------------------------------------------
 
-def build_to_bytes(func_json: dict, target: str, suffix: str, extras: dict | None = None
-                   ) -> dict:
-    """Ray task body: build one candidate as the local builder's workers do, and return its
-    artifact's bytes (the tuner's machine keeps them) with the node that built it.
-    ``extras``: what the target's backend adds to a build request (Backend.build_request:
-    e.g. run-time registered intrinsics, MeasureInput.weight_params)."""
+def build_to_bytes(candidate: dict, suffix: str, extras: dict | None = None) -> dict:
+    """Ray task body: build one candidate (its MeasureInput.to_json form) as the local
+    builder's workers do, and return its artifact's bytes (the tuner's machine keeps them)
+    with the node that built it.  ``extras``: what the target's backend adds to a build
+    request (Backend.build_request: the run-time registered intrinsics it uses)."""
     folder = make_build_dir()  # owned: swept by clean_stale_build_dirs if the task is killed
     try:
         path = os.path.join(folder, "candidate" + suffix)
-        request = {**(extras or {}), "func": func_json, "target": target, "path": path}
+        request = {**(extras or {}), "input": candidate, "path": path}
         reply = handle_build_request(request, {})
         if not reply.get("error"):
             with open(path, "rb") as f:
@@ -206,19 +205,17 @@ class RayBuilder(Builder):
             raise RuntimeError("RayBuilder.build called after close()")
         ray = _ray()
         results: list[BuildResult | None] = [None] * len(inputs)
-        targets: dict[int, str] = {}
         pending = list(range(len(inputs)))[::-1]
         flight: dict = {}  # ObjectRef -> (input index, start)
         while pending or flight:
             while pending and len(flight) < self.max_in_flight:
                 i = pending.pop()
                 inp = inputs[i]
-                # The canonical string: a node resolving plain "llvm" would compile for its
-                # own CPU, not for the one the tuner asked for.
-                target = targets.setdefault(id(inp.target), canonical_target(inp.target))
+                # The wire form carries the resolved target string: a node resolving plain
+                # "llvm" would compile for its own CPU, not for the one the tuner asked for.
                 backend, extras = backend_for(inp.target), {}
                 backend.build_request(inp, extras)
-                ref = self._task.remote(inp.func.to_json(), target, backend.artifact_suffix,
+                ref = self._task.remote(inp.to_json(reference=False), backend.artifact_suffix,
                                         extras)
                 flight[ref] = (i, time.monotonic())
             nearest = min(start for _, start in flight.values()) + self.timeout
@@ -297,10 +294,11 @@ class Measurer:
                 "pid": os.getpid()}
 
     def measure(self, request: dict) -> dict:
-        key, target = request["key"], request["target"]
-        if request.get("reference") is not None:
-            self._references[key] = PrimFunc.from_json(request["reference"])
-        elif "reference" in request:
+        candidate = request["input"]
+        key, target = candidate["workload_key"], candidate["target"]
+        if candidate.get("reference") is not None:
+            self._references[key] = PrimFunc.from_json(candidate["reference"])
+        elif request.get("first"):
             self._references[key] = None
         if request["best"] is not None:
             self._runner.seed_best(key, request["best"])
@@ -313,12 +311,7 @@ class Measurer:
                                         request["build_seconds"]).to_json()
             reply["host"] = host_name()
             return reply
-        inp = MeasureInput(PrimFunc.from_json(request["func"]), target, key,
-                           reference=self._references.get(key),
-                           weight_params=tuple(request.get("weight_params", ())),
-                           cold_weights=bool(request.get("cold_weights", False)),
-                           fresh_inputs=bool(request.get("fresh_inputs", False)),
-                           cold_bytes=int(request.get("cold_bytes", 0)))
+        inp = MeasureInput.from_json(candidate, reference=self._references.get(key))
         # A folder per candidate, marked with this process: the cluster ends actors with
         # ray.kill (no close() runs), and the next builder or actor on the node sweeps it.
         folder = make_build_dir()
@@ -510,20 +503,18 @@ class RayRunner(SequentialRunner):
     def _request(self, inp: MeasureInput, build: BuildResult, artifact: bytes,
                  actor: _Actor) -> tuple[dict, float]:
         key = inp.workload_key
-        request = {"key": key, "target": canonical_target(inp.target),
-                   "func": inp.func.to_json(), "weight_params": list(inp.weight_params),
-                   "cold_weights": inp.cold_weights, "fresh_inputs": inp.fresh_inputs,
-                   "cold_bytes": inp.cold_bytes, "artifact": artifact,
+        # The first candidate of a workload on this actor carries the reference, and may
+        # wait for the reference outputs to be computed.
+        first = key not in actor.workloads
+        request = {"input": inp.to_json(reference=first), "first": first,
+                   "artifact": artifact,
                    "suffix": os.path.splitext(build.artifact_path)[1] or ".o",
                    "build_seconds": build.build_seconds, "best": self._best.get(key)}
         backend_for(inp.target).build_request(inp, request)  # the intrinsics it ships
         # A node may first wait for its host to be quiet (MeasureConfig.quiet_wait).
         budget = (self.config.timeout + self.config.quiet_wait + _GRACE_SECONDS
                   + self.node_timeout)
-        if key not in actor.workloads:
-            # The first candidate of a workload on this actor carries the reference, and
-            # may wait for the reference outputs to be computed.
-            request["reference"] = None if inp.reference is None else inp.reference.to_json()
+        if first:
             actor.workloads.add(key)
             budget += self.reference_timeout
         return request, time.monotonic() + budget
