@@ -241,7 +241,8 @@ def kernel_table(lib, database: str, target, repeat: int = 15, alone: dict | Non
         for key, row in rows.items():
             # The record the build took: the model's choice (autotune.model_rerank), else
             # the best by score.
-            best = choose_record(db, db.workload(key).func, target, lib.model.name).record
+            best = (choose_record(db, db.workload(key).func, target, lib.model.name).record
+                    if db.has_workload(key) else None)
             seconds = None if best is None else (best.score if best.score is not None
                                                  else best.median)
             row["task_ms"] = None if seconds is None else seconds * 1e3 * row["calls"]
