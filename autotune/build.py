@@ -12,6 +12,7 @@ constant string, so the exported file alone is enough to load and call it again.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import os
 import shutil
@@ -24,7 +25,9 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from tensor_ir.codegen import CodegenOptions, LLVMTarget, codegen, compile_module
-from tensor_ir.codegen.compile import CompiledModule, JITModule, host_triple
+from tensor_ir.codegen import threadpool
+from tensor_ir.codegen.compile import CompiledModule, JITModule, host_triple, target_machine
+from tensor_ir.codegen.link import link_shared_library
 from tensor_ir.codegen.llvm import META_SYMBOL, META_VERSION, param_metadata, symbol_name
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
@@ -250,16 +253,38 @@ class Kernel:
         link_shared(self._object_code, path)
 
 
-def link_shared(object_code: bytes, path: str) -> None:
-    """Link ``object_code`` into a shared library at ``path`` with ``cc -shared``."""
+def link_shared(object_code: bytes, path: str, with_runtime: bool = True) -> None:
+    """Link ``object_code`` into a shared library at ``path``: with the LLVM linker of the
+    ``ziglang`` wheel where it is installed (tensor_ir.codegen.link; nothing from the
+    system's toolchain), else with the system's ``cc -shared``.
+
+    Code that launches parallel loops on the thread pool gets its own copy of the pool
+    (tensor_ir/codegen/threadpool.py, compiled here for the host, entry points hidden) unless
+    ``with_runtime`` is False (the object carries it already); libgomp is linked only for
+    code built with the "gomp" parallel runtime."""
+    objects = [object_code]
+    if with_runtime and threadpool.LAUNCH.encode() in object_code:
+        objects.append(threadpool.runtime_object(target_machine(LLVMTarget()), host_triple()))
+    gomp = b"GOMP_parallel" in object_code
+    if importlib.util.find_spec("ziglang") is not None:
+        # libpthread.so.0: pthread_create before glibc 2.34 (not recorded where unused).
+        needed = ["libm.so.6", "libpthread.so.0"] + (["libgomp.so.1"] if gomp else [])
+        link_shared_library(objects, path, needed)
+        return
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None:
-        raise BuildError("export to .so needs a system C compiler (cc), none was found")
+        raise BuildError(f"linking {path} needs the ziglang package (pip install ziglang, "
+                         f"which brings a linker) or a system C compiler (cc); neither was "
+                         f"found")
     with tempfile.TemporaryDirectory() as tmp:
-        obj = os.path.join(tmp, "kernel.o")
-        with open(obj, "wb") as f:
-            f.write(object_code)
-        cmd = [cc, "-shared", "-o", os.path.abspath(path), obj, "-lgomp", "-lm"]
+        names = []
+        for index, data in enumerate(objects):
+            names.append(os.path.join(tmp, f"object{index + 1}.o"))
+            with open(names[-1], "wb") as f:
+                f.write(data)
+        # -pthread: pthread_create lives in libpthread on C libraries older than glibc 2.34.
+        cmd = [cc, "-shared", "-o", os.path.abspath(path), *names,
+               *(["-lgomp"] if gomp else []), "-lm", "-pthread"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"linking {path} failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")

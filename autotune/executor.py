@@ -26,6 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from tensor_ir.codegen import threadpool
 from tensor_ir.errors import BuildError
 
 from .graph.ir import Model
@@ -184,7 +185,9 @@ def _native_sequence(calls: Sequence[tuple[int, tuple[int, ...]]]) -> Callable[[
     """One native function calling every ``(entry address, pointers)`` in order: a model's
     run crosses from Python to native code once instead of once per kernel (a ctypes call
     costs a microsecond or two, tens of kernels a run).  The addresses and pointers sit in
-    a table the function reads; only the arities are compiled in."""
+    a table the function reads; only the arities are compiled in.  The thread pool's team is
+    held for the run (see tensor_ir/codegen/threadpool.py): no worker sleeps between two
+    kernels, and the sleeping ones are woken as the run starts."""
     from tensor_ir.codegen import LLVMTarget, compile_module
 
     lines, slot = [], 0
@@ -197,8 +200,10 @@ def _native_sequence(calls: Sequence[tuple[int, tuple[int, ...]]]) -> Callable[[
             slot += 1
         args = ", ".join(f"ptr {v}" for v in loads[1:])
         lines.append(f"  call void {loads[0]}({args})")
-    text = "define void @run_steps(ptr %table) {\nentry:\n" + "\n".join(lines) + \
-        "\n  ret void\n}\n"
+    hold, release = threadpool.HOLD, threadpool.RELEASE
+    text = (f"declare void @{hold}()\ndeclare void @{release}()\n"
+            f"define void @run_steps(ptr %table) {{\nentry:\n  call void @{hold}()\n"
+            + "\n".join(lines) + f"\n  call void @{release}()\n  ret void\n}}\n")
     jit = compile_module(text, LLVMTarget()).jit()
     table = (ctypes.c_void_p * max(1, slot))(
         *[value for address, pointers in calls for value in (address, *pointers)])
@@ -312,10 +317,11 @@ class Executor:
 
     def _execute(self) -> None:
         if self._run_all is not None:
-            self._run_all()
+            self._run_all()  # holds the team itself
             return
-        for call in self._calls:
-            call()
+        with threadpool.held():
+            for call in self._calls:
+                call()
 
     def run(self, inputs: Mapping[str, np.ndarray] | None = None, **named
             ) -> dict[str, np.ndarray]:
@@ -340,10 +346,11 @@ class Executor:
             self._set_inputs(inputs)
             samples: list[list[float]] = [[] for _ in self._calls]
             for _ in range(max(1, repeat)):
-                for k, call in enumerate(self._calls):
-                    start = time.perf_counter()
-                    call()
-                    samples[k].append((time.perf_counter() - start) * 1e3)
+                with threadpool.held():
+                    for k, call in enumerate(self._calls):
+                        start = time.perf_counter()
+                        call()
+                        samples[k].append((time.perf_counter() - start) * 1e3)
         return [(step.name, statistics.median(s)) for step, s in zip(self.steps, samples)]
 
     def _random_inputs(self) -> dict[str, np.ndarray]:

@@ -26,10 +26,15 @@ The folder holds:
 How the library is made: the optimised LLVM module of every distinct kernel (what the
 executor's kernels were compiled from) is linked into one module with a generated entry
 function, and that module is emitted as one object without optimising it again, so the
-kernels are the same machine code the built model runs; ``cc -shared`` links it against
-libgomp and libm as ``Kernel.export_library`` does for one kernel.  Each kernel's symbols
-but its entry are internal already (outlined parallel bodies); its entry is renamed to a
-name unique in the model and made internal too, and so is its metadata constant
+kernels are the same machine code the built model runs; ``autotune.build.link_shared`` links
+it against libm as ``Kernel.export_library`` does for one kernel (the ``ziglang`` wheel's
+linker where it is installed, else the system's ``cc``).  When kernels have parallel loops the module
+also carries the parallel runtime (tensor_ir/codegen/threadpool.py, a copy of its own, none of
+it exported), and the entry holds the team for the run (``tir_pool_hold`` before the first
+kernel, ``tir_pool_release`` after the last), so no worker falls asleep between the kernels;
+libgomp is linked only for kernels built with the "gomp" parallel runtime.  Each kernel's
+symbols but its entry are internal already (outlined parallel bodies); its entry is renamed
+to a name unique in the model and made internal too, and so is its metadata constant
 (``META_SYMBOL``, which every kernel module defines): the library exports the entry alone.
 """
 from __future__ import annotations
@@ -45,6 +50,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
+from tensor_ir.codegen import threadpool
 from tensor_ir.codegen.compile import LLVMTarget, host_triple, target_machine
 from tensor_ir.codegen.types import I1, I8, I32, I64, PTR, VOID, symbol_name
 from tensor_ir.errors import BuildError
@@ -143,9 +149,11 @@ def _kernel_module(kernel, symbol: str) -> llvm.ModuleRef:
 
 def _entry_module(steps: list[tuple[str, list[tuple[str, int]]]], nparams: dict,
                   inputs: list[tuple[int, int]], outputs: list[tuple[str, int, int]],
-                  weights_needed: bool, triple: str) -> ir.Module:
+                  weights_needed: bool, triple: str, hold_team: bool = False) -> ir.Module:
     """``int32_t model_run(workspace, weights, inputs, outputs)``: copy the inputs in, call
     ``steps`` ((kernel symbol, [(region, offset)]) in order), copy the outputs out.
+    ``hold_team``: the thread pool's team is held from before the input copies (which gives
+    sleeping workers that time to wake) until after the last kernel.
 
     ``inputs``: (workspace offset, bytes) per input; ``outputs``: (region, offset, bytes)
     per output.  Returns 1 or 2 for an unusable workspace or weights pointer (NULL or not
@@ -212,9 +220,13 @@ def _entry_module(steps: list[tuple[str, list[tuple[str, int]]]], nparams: dict,
         region, offset, nbytes = item
         b.call(memcpy, [dst, at(region, offset), ir.Constant(I64, nbytes), ir.Constant(I1, 0)])
 
+    if hold_team:
+        b.call(ir.Function(module, ir.FunctionType(VOID, []), threadpool.HOLD), [])
     copies(inputs, "inputs", (input_ptrs, copy_in))
     for symbol, args in steps:
         b.call(kernels[symbol], [at(region, offset) for region, offset in args])
+    if hold_team:
+        b.call(ir.Function(module, ir.FunctionType(VOID, []), threadpool.RELEASE), [])
     copies(outputs, "outputs", (output_ptrs, copy_out))
     b.ret(ir.Constant(I32, 0))
     return module
@@ -290,11 +302,17 @@ def export_executor(executor, path: str | os.PathLike) -> str:
 
     # 2. The entry, linked with the kernels' optimised modules into one module and object.
     triple = triple or host_triple()
+    try:
+        kernel_modules = [(_kernel_module(kernel, symbol), symbol) for kernel, symbol in modules]
+    except RuntimeError as err:
+        raise BuildError(f"export_library: reading the kernels of {model.name} failed: "
+                         f"{err}") from err
+    pooled = any(_calls(module, threadpool.LAUNCH) for module, _ in kernel_modules)
     entry = _entry_module(
         steps, nparams,
         [(e["offset"], model.types[e["name"]].nbytes) for e in inputs_meta],
         [(e["region"], e["offset"], model.types[e["name"]].nbytes) for e in outputs_meta],
-        layout.weights_bytes > 0, triple)
+        layout.weights_bytes > 0, triple, hold_team=pooled)
     # The kernels of one build are compiled for one machine; the module is emitted for it.
     if len(machines) > 1:
         raise BuildError(f"export_library: the kernels of {model.name} are compiled for "
@@ -303,8 +321,12 @@ def export_executor(executor, path: str | os.PathLike) -> str:
     try:
         combined = llvm.parse_assembly(str(entry))
         combined.data_layout = str(machine.target_data)
-        for kernel, symbol in modules:
-            combined.link_in(_kernel_module(kernel, symbol))
+        for module, _ in kernel_modules:
+            combined.link_in(module)
+        if pooled:
+            combined.link_in(threadpool.runtime_module(machine, triple))
+            for name in threadpool.ENTRY_POINTS:
+                combined.get_function(name).linkage = "internal"
         for _, symbol in modules:
             combined.get_function(symbol).linkage = "internal"
         combined.verify()
@@ -319,7 +341,7 @@ def export_executor(executor, path: str | os.PathLike) -> str:
     earlier = _earlier_library(folder)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".export-") as tmp:
         linked = os.path.join(tmp, "model.so")
-        link_shared(object_code, linked)
+        link_shared(object_code, linked, with_runtime=False)
         # NOTE: the library's name carries a digest of its content.  A process that loaded
         # an earlier export of this folder keeps that library mapped, and dlopen of the same
         # path (or file) again returns the old one: a new name is what makes a re-export
@@ -361,6 +383,11 @@ def export_executor(executor, path: str | os.PathLike) -> str:
     if earlier and earlier != library:
         os.remove(os.path.join(folder, earlier))
     return folder
+
+
+def _calls(module: llvm.ModuleRef, name: str) -> bool:
+    """Whether ``module`` declares (so calls) the function ``name``."""
+    return any(fn.name == name and fn.is_declaration for fn in module.functions)
 
 
 def _earlier_library(folder: str) -> str | None:

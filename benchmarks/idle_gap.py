@@ -3,18 +3,25 @@ one request at a time sees, where benchmarks.e2e times inferences back to back.
 
     python -m benchmarks.idle_gap --model mobilenet_v2 --db e2e.db
     python -m benchmarks.idle_gap --model bert_base_layer --small      # a quick check
+    python -m benchmarks.idle_gap --model mobilenet_v2 --db e2e.db --runtime ab
 
-Each round, per side: a pause (the other side's threads park), five back-to-back inferences
+``--runtime`` picks what our kernels' parallel loops launch on: ``pool`` (default, our thread
+pool, tensor_ir/codegen/threadpool.py), ``gomp`` (libgomp), or ``ab``: the model built with
+each, timed as two sides (``ours_pool``, ``ours_gomp``) in the same rounds.
+
+Each round, per side (the sides take turns within a round, the first one rotating from
+round to round): a pause (the other side's threads park), five back-to-back inferences
 (hot), the gap, then three inferences timed one by one.  Per gap and side the medians over the
 rounds of the three, so the first one after the gap stands beside the two after it; gap 0 is
 the hot latency.
 
-What we read in the figures (a reading, not yet a profile): the built model's kernels each
-launch a libgomp parallel region with a static partition of the work, and the calling thread
-waits at the region's end for every thread of the team.  An idle worker polls for
-GOMP_SPINCOUNT rounds (tensor_ir.codegen.compile) and then sleeps; when it is slow to wake,
-the first kernels wait for it.  A longer poll (GOMP_SPINCOUNT=300000) made a 2 ms gap hot and
-left 20 and 150 ms as slow.  Prints one JSON document.
+What we read in the figures with libgomp (``--runtime gomp``; a reading, not yet a profile):
+the built model's kernels each launch a libgomp parallel region with a static partition of
+the work, and the calling thread waits at the region's end for every thread of the team.
+An idle worker polls for GOMP_SPINCOUNT rounds (tensor_ir.codegen.compile) and then sleeps;
+when it is slow to wake, the first kernels wait for it.  A longer poll
+(GOMP_SPINCOUNT=300000) made a 2 ms gap hot and left 20 and 150 ms as slow.  Prints one JSON
+document.
 """
 from __future__ import annotations
 
@@ -33,48 +40,95 @@ TIMED_RUNS = 3
 PARK = 0.3   # seconds: longer than either side's threads poll after a run
 
 
+RUNTIMES = {"pool": ("pool",), "gomp": ("gomp",), "ab": ("pool", "gomp")}
+
+
+def one_round(fn, gap: float, sleep=time.sleep) -> list[float]:
+    """Milliseconds of each of the TIMED_RUNS inferences of ``fn`` after a pause, HOT_RUNS
+    inferences and ``gap`` seconds idle (see the module text)."""
+    sleep(PARK)
+    for _ in range(HOT_RUNS):
+        fn()
+    if gap:
+        sleep(gap)
+    times = []
+    for _ in range(TIMED_RUNS):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
 def first_runs(fn, gap: float, rounds: int, sleep=time.sleep) -> list[float]:
     """Median milliseconds of each of the TIMED_RUNS inferences of ``fn`` after ``gap``
     seconds idle, over ``rounds`` rounds (see the module text)."""
-    rows = []
-    for _ in range(rounds):
-        sleep(PARK)
-        for _ in range(HOT_RUNS):
-            fn()
-        if gap:
-            sleep(gap)
-        times = []
-        for _ in range(TIMED_RUNS):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e3)
-        rows.append(times)
+    rows = [one_round(fn, gap, sleep) for _ in range(rounds)]
     return [statistics.median(column) for column in zip(*rows)]
 
 
+def alternating_rounds(sides: dict, gap: float, rounds: int, sleep=time.sleep) -> dict:
+    """{side: median milliseconds of each timed inference} over ``rounds`` rounds in which
+    every side has its turn, the first side rotating from round to round."""
+    names = list(sides)
+    rows: dict = {side: [] for side in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for side in names[k:] + names[:k]:
+            rows[side].append(one_round(sides[side], gap, sleep))
+    return {side: [statistics.median(column) for column in zip(*rows[side])]
+            for side in names}
+
+
+def _build(model, target, database, runtime: str):
+    """The model built with its parallel loops on ``runtime``; the process's compiled
+    kernels are forgotten first, so the other runtime's are not reused."""
+    from autotune.model_build import build_model, clear_caches
+    from tensor_ir.codegen import parallel
+
+    clear_caches()
+    with parallel.using_runtime(runtime):
+        return build_model(model, target, database=database, warn=False)
+
+
+def parallel_kernels(lib, runtime: str) -> int:
+    """How many of ``lib``'s kernels launch parallel loops on ``runtime`` (so the output
+    shows that each side runs the kernels it names)."""
+    symbol = "GOMP_parallel" if runtime == "gomp" else "tir_parallel_launch"
+    sources = {id(step.kernel): step.kernel.get_source("ll-raw") for step in lib.steps}
+    return sum(symbol in text for text in sources.values())
+
+
 def measure(name: str, database: str | None, threads: int = 2, rounds: int = 15,
-            gaps=GAPS, small: bool = False) -> dict:
+            gaps=GAPS, small: bool = False, runtime: str = "pool") -> dict:
     import autotune
-    from autotune.model_build import build_model
+    from tensor_ir.codegen import threadpool
 
     options = SMALL_OPTIONS[name] if small else {}
     model = autotune.load_model(name, **options)
     target = autotune.Target(f"llvm -num-cores {threads}")
     feed = model_feed(model)
-    lib = build_model(model, target, database=database, warn=False)
+    runtimes = RUNTIMES[runtime]
+    libs = {rt: _build(model, target, database, rt) for rt in runtimes}
     sess = onnxruntime_session(to_onnx(model), threads)
-    sides = {"ours": lambda: lib.run(feed), "onnxruntime": lambda: sess.run(None, feed)}
+    sides = {}
+    for rt, lib in libs.items():
+        side = "ours" if len(libs) == 1 else f"ours_{rt}"
+        sides[side] = (lambda lib=lib: lib.run(feed))
+    sides["onnxruntime"] = lambda: sess.run(None, feed)
     for fn in sides.values():
         fn()  # pages, thread pools, packed weights
+    lib = next(iter(libs.values()))
     out = {"benchmark": "idle_gap", "model": name, "options": options,
            "target": str(target), "threads": threads, "rounds": rounds,
            "database": os.path.basename(database) if database else None,
-           "coverage": lib.report.coverage,
+           "coverage": lib.report.coverage, "runtime": runtime,
+           "pool_spin_count": threadpool.spin_count(),
+           "parallel_kernels": {rt: parallel_kernels(lib, rt) for rt, lib in libs.items()},
            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"), "gaps": []}
     for gap in gaps:
         row: dict = {"gap_s": gap}
-        for side, fn in sides.items():
-            row[f"{side}_ms"] = [round(ms, 4) for ms in first_runs(fn, gap, rounds)]
+        for side, ms in alternating_rounds(sides, gap, rounds).items():
+            row[f"{side}_ms"] = [round(v, 4) for v in ms]
         out["gaps"].append(row)
     # The first inference after each gap against the side's own hot latency (gap 0's
     # median of its three runs).
@@ -97,6 +151,9 @@ def main(argv=None) -> int:
                              "the first is the hot reference (default: %(default)s)")
     parser.add_argument("--small", action="store_true",
                         help="the shrunk model: checks the command quickly")
+    parser.add_argument("--runtime", choices=sorted(RUNTIMES), default="pool",
+                        help="what our parallel loops launch on: pool (ours), gomp "
+                             "(libgomp), or ab (both, as two sides; default: %(default)s)")
     args = parser.parse_args(argv)
     if args.db is not None and not os.path.exists(args.db):
         parser.error(f"no such database: {args.db}")
@@ -109,7 +166,7 @@ def main(argv=None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     print(json.dumps(measure(args.model, args.db, args.threads, args.rounds, gaps,
-                             args.small), indent=1))
+                             args.small, args.runtime), indent=1))
     return 0
 
 

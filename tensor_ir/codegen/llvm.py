@@ -9,9 +9,10 @@ Loop kinds:
   unrolled     fully unrolled here when the extent is constant (and the copy budget allows).
   vectorized   the body is emitted once on LLVM vector values of ``lanes`` = the constant extent
                (see :mod:`tensor_ir.codegen.vector`); a non-constant extent is a scalar loop.
-  parallel     outlined into a function launched by libgomp's ``GOMP_parallel``; each thread
-               runs one contiguous chunk (see :mod:`tensor_ir.codegen.parallel`).  Parallel
-               loops nested in a parallel region run serially.
+  parallel     outlined into a function launched on the parallel runtime (our thread pool,
+               :mod:`tensor_ir.codegen.threadpool`, or libgomp's ``GOMP_parallel``); each
+               thread claims chunks of the iterations (see :mod:`tensor_ir.codegen.parallel`).
+               Parallel loops nested in a parallel region run serially.
   thread_binding  a GPU concept: BuildError.
 """
 from __future__ import annotations
@@ -62,7 +63,7 @@ from ..stmt import (
     TensorIntrinCall,
 )
 from ..visitor import walk
-from . import fastmath
+from . import fastmath, threadpool
 from .common import const_shape, flat_index, unrolled_steps
 from .parallel import ParallelMixin
 from .prefetch import PrefetchMixin, PrefetchScope, plan_prefetch
@@ -117,7 +118,7 @@ MAX_UNROLL_BY = 64
 class CodegenOptions:
     """What the IR generator needs to know about the target.
 
-    ``num_threads`` is passed to GOMP_parallel (0: the OpenMP default, all cores);
+    ``num_threads`` is the team size of parallel loops (0: the runtime's default, all cores);
     ``triple`` is written into the module (empty: left for the compile step to fill in);
     ``vector_bits`` is the width of the target's vector registers (0: unknown), which a
     vectorized loop wider than one register is cut into (see ``VectorMixin.vector_loop``);
@@ -1137,7 +1138,7 @@ LLVM_INTRINSICS = {
 LIBM_FUNCTIONS = {"erf": ("erff", "erf")}
 # Symbols generated code may call (or define): a kernel cannot take one of these names.
 RUNTIME_SYMBOLS = frozenset({"GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads",
-                             "omp_get_max_threads",
+                             "omp_get_max_threads", *threadpool.ENTRY_POINTS,
                              "aligned_alloc", "free", "erff", "erf", META_SYMBOL})
 
 

@@ -1,17 +1,24 @@
-"""Parallel loops for the LLVM backend: outlining and launching through libgomp.
+"""Parallel loops for the LLVM backend: outlining, and launching on the parallel runtime.
 
 A ``parallel`` loop becomes two internal functions:
 
     NAME__parK_body(buffers..., scalars..., begin, end)   the loop over [begin, end), with
                                                          noalias buffer arguments
-    NAME__parK(data)                                      unpacks the captured values, then
-                                                         claims chunks of the iterations and
-                                                         calls the body on each
+    NAME__parK(data, team, tid)                           unpacks the captured values, then
+                                                         claims chunks of the iterations as
+                                                         thread tid of team and calls the
+                                                         body on each
 
-and the loop itself becomes ``GOMP_parallel(NAME__parK, &data, num_threads, 0)``, which runs
-the trampoline on every thread of the OpenMP team (the caller included) and returns when all
-are done.  Allocations inside the loop land in the body function's entry block, so each
-thread has its own.
+and the loop itself becomes a launch of the trampoline on a team of threads, the caller
+included, which returns when all are done.  Allocations inside the loop land in the body
+function's entry block, so each thread has its own.  Two runtimes launch it (``set_runtime``):
+
+* ``"pool"`` (default): ``tir_parallel_launch(NAME__parK, &data, team)``, our own thread pool
+  (tensor_ir/codegen/threadpool.py).  The caller runs tid 0 and waits only for the workers
+  that joined the launch, so a worker that is asleep or late never holds a kernel up.
+* ``"gomp"``: ``GOMP_parallel(NAME__parK_gomp, &data, num_threads, 0)``, libgomp, whose
+  wrapper passes ``omp_get_num_threads()`` and ``omp_get_thread_num()`` on; kept to measure
+  the two side by side.
 
 Each thread of the team owns one contiguous segment of the iterations (the iterations split
 evenly, thread t taking the t-th segment) and claims that segment's chunks, CHUNKS_PER_THREAD
@@ -22,20 +29,20 @@ others'.  So:
   for a remainder chunk.  One counter for all threads with chunks of ceil(extent / 8) cut
   e.g. 42 iterations into 7 chunks, 4 for one thread and 3 for the other: that kernel took
   24/21 of its even time;
-* on a machine shared with other work a team thread may start late (it waits for a core);
-  the threads that run then take its chunks, and the late one finds nothing left (with
-  fixed shares every launch waited for it, and a model of ~50 kernels ran slower on two
-  threads than on one);
+* a team thread may start late (it waits for a core, or wakes from sleep); the threads that
+  run then take its chunks, and the late one finds nothing left (with fixed shares every
+  launch waited for it, and a model of ~50 kernels ran slower on two threads than on one);
 * a thread claims from a cache line only it writes, until it steals: no claim moves a line
   between cores, and consecutive kernels give thread t the same part of their loops.
-
-Measured on tuned MobileNetV2 (54 kernels, 2 threads, the same kernels with either scheme in
-one process): 0.97x the single-counter latency.
 
 The body is kept out of line (``noinline``) so that LLVM optimises the loop nest once, with
 noalias arguments, instead of once more after inlining it into the trampoline.
 """
 from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
 
 import llvmlite.ir as ir
 
@@ -43,6 +50,7 @@ from ..errors import BuildError
 from ..expr import BufferLoad, Var
 from ..stmt import Allocate, BufferStore, For, LetStmt
 from ..visitor import walk
+from . import threadpool
 from .types import I1, I8, I32, I64, PTR, VOID, symbol_name, value_type
 
 # Chunks per segment (per team thread): enough for the running threads to absorb the share
@@ -55,6 +63,40 @@ CHUNKS_PER_THREAD = 4
 MAX_OWNERS = 64
 COUNTER_STRIDE = 64
 
+# The runtimes a parallel loop can be launched on (see the module text); the first is the
+# default.
+RUNTIMES = ("pool", "gomp")
+_runtime = RUNTIMES[0]
+_runtime_lock = threading.Lock()
+
+
+def set_runtime(name: str) -> str:
+    """Make ``name`` ("pool" or "gomp") the runtime the parallel loops generated from now on
+    launch on, in this process; returns the previous one.  Compiled kernels keep theirs (and
+    the model builder caches compiled kernels: ``autotune.model_build.clear_caches()`` before
+    building a model again with the other runtime)."""
+    global _runtime
+    if name not in RUNTIMES:
+        raise BuildError(f"unknown parallel runtime {name!r}; expected one of {RUNTIMES}")
+    with _runtime_lock:
+        previous, _runtime = _runtime, name
+    return previous
+
+
+def runtime() -> str:
+    """The runtime generated parallel loops launch on (see set_runtime)."""
+    return _runtime
+
+
+@contextlib.contextmanager
+def using_runtime(name: str) -> Iterator[str]:
+    """``set_runtime(name)`` for the duration of the block; the previous one afterwards."""
+    previous = set_runtime(name)
+    try:
+        yield name
+    finally:
+        set_runtime(previous)
+
 
 class ParallelMixin:
     """Parallel-loop emission for CodeGenLLVM."""
@@ -62,9 +104,10 @@ class ParallelMixin:
     def _parallel(self, s: For) -> None:
         """Outline the loop into ``body(buffers..., scalars..., begin, end)`` (noalias buffer
         arguments keep the body as optimisable as the entry function) and a trampoline
-        ``tramp(data)`` that unpacks the captures and calls the body on the chunks this
-        thread claims (its own segment's, then what is left of the others'); launch the
-        trampoline on all threads with GOMP_parallel."""
+        ``tramp(data, team, tid)`` that unpacks the captures and calls the body on the chunks
+        this thread claims (its own segment's, then what is left of the others'); launch the
+        trampoline on a team with the selected runtime (see the module text)."""
+        use_gomp = runtime() == "gomp"
         b = self.builder
         var_caps, buf_caps = self._captures(s)
         self._n_outlined += 1
@@ -104,13 +147,14 @@ class ParallelMixin:
         fields = ([ir.ArrayType(ir.ArrayType(I64, COUNTER_STRIDE // 8), MAX_OWNERS)]
                   + [PTR] * len(buf_caps) + [v.type for v in scalar_vals] + [loop_ty, loop_ty])
         struct_ty = ir.LiteralStructType(fields)
-        tramp = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), stem)
+        tramp = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I32, I32]), stem)
         tramp.linkage = "internal"
         tramp.attributes.add("nounwind")
         blocks = {name: tramp.append_basic_block(name)
                   for name in ("entry", "segment", "claim", "run", "next", "done")}
         tb = ir.IRBuilder(blocks["entry"])
-        data = tramp.args[0]
+        data, team_arg, tid_arg = tramp.args
+        data.name, team_arg.name, tid_arg.name = "data", "team", "tid"
         zero32 = ir.Constant(I32, 0)
 
         def field(i):
@@ -128,8 +172,8 @@ class ParallelMixin:
         def smin(a, b_):
             return tb.select(tb.icmp_signed("<", a, b_), a, b_)
 
-        team = tb.sext(tb.call(self.declare("omp_get_num_threads", I32, []), []), I64)
-        tid = tb.sext(tb.call(self.declare("omp_get_thread_num", I32, []), []), I64)
+        team = tb.sext(team_arg, I64)
+        tid = tb.sext(tid_arg, I64)
         owners = smin(team, ir.Constant(I64, MAX_OWNERS))
         # The first owner to serve: this thread's own segment (a thread beyond MAX_OWNERS
         # owns none and starts with segment 0).
@@ -156,7 +200,7 @@ class ParallelMixin:
 
         # claim: the next unclaimed chunk of segment u, if any.  Monotonic suffices: the
         # counter only hands out distinct chunk numbers; the captured values were published
-        # before the launch by GOMP_parallel itself.
+        # before the launch by the runtime itself.
         tb.position_at_end(blocks["claim"])
         index = tb.atomic_rmw("add", counter, ir.Constant(I64, 1), "monotonic")
         tb.cbranch(tb.icmp_signed("<", index, seg_n), blocks["run"], blocks["next"])
@@ -178,23 +222,46 @@ class ParallelMixin:
         self.frame, self.vars, self.buffers = saved
 
         # 3. In the caller: pack the captures, zero the counters of the owners the team will
-        #    have (libgomp's default team size, or the requested one) and launch.
+        #    have (the requested size, or the runtime's default) and launch.
         b = self.builder
         slot = self.entry_alloca(struct_ty, name=stem + ".data")
         for i, v in enumerate(buf_vals + scalar_vals + [begin, extent], start=1):
             b.store(v, b.gep(slot, [zero32, ir.Constant(I32, i)], source_etype=struct_ty))
         requested = max(0, self.options.num_threads)
         if requested:
+            team = ir.Constant(I32, requested)
             length = ir.Constant(I64, min(requested, MAX_OWNERS) * COUNTER_STRIDE)
         else:
-            team = b.sext(b.call(self.declare("omp_get_max_threads", I32, []), []), I64)
+            if use_gomp:
+                team = b.call(self.declare("omp_get_max_threads", I32, []), [])
+            else:
+                team = b.call(self.declare(threadpool.TEAM, I32, [I32]), [ir.Constant(I32, 0)])
+            team64 = b.sext(team, I64)
             limit = ir.Constant(I64, MAX_OWNERS)
-            team = b.select(b.icmp_signed("<", team, limit), team, limit)
-            length = b.mul(team, ir.Constant(I64, COUNTER_STRIDE))
+            team64 = b.select(b.icmp_signed("<", team64, limit), team64, limit)
+            length = b.mul(team64, ir.Constant(I64, COUNTER_STRIDE))
         memset = self.declare("llvm.memset.p0.i64", VOID, [PTR, I8, I64, I1])
         b.call(memset, [slot, ir.Constant(I8, 0), length, ir.Constant(I1, 0)])
-        gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        b.call(gomp, [tramp, slot, ir.Constant(I32, requested), zero32])
+        if use_gomp:
+            gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+            b.call(gomp, [self._gomp_wrapper(tramp), slot, ir.Constant(I32, requested),
+                          zero32])
+        else:
+            launch = self.declare(threadpool.LAUNCH, VOID, [PTR, PTR, I32])
+            b.call(launch, [tramp, slot, team])
+
+    def _gomp_wrapper(self, tramp: ir.Function) -> ir.Function:
+        """``NAME__parK_gomp(data)``: what GOMP_parallel runs on each thread of its team, the
+        trampoline with libgomp's team size and thread number."""
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), tramp.name + "_gomp")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        wb = ir.IRBuilder(fn.append_basic_block("entry"))
+        team = wb.call(self.declare("omp_get_num_threads", I32, []), [])
+        tid = wb.call(self.declare("omp_get_thread_num", I32, []), [])
+        wb.call(tramp, [fn.args[0], team, tid])
+        wb.ret_void()
+        return fn
 
     def _captures(self, s: For) -> tuple[list, list]:
         """Variables and buffers the loop body uses but does not define, in first-use order."""

@@ -65,7 +65,8 @@ def test_num_cores_option_runs_parallel_loop():
     kernel(a, b)
     np.testing.assert_array_equal(b, 2 * a)
     assert kernel.num_threads == 2
-    assert "GOMP_parallel" in kernel.get_source("ll")
+    assert "tir_parallel_launch" in kernel.get_source("ll")
+    assert "GOMP" not in kernel.get_source("ll")
 
 
 def test_get_source():
