@@ -1,4 +1,5 @@
-"""Shared pytest setup: the ``--update-golden`` option and the ``golden`` snapshot fixture."""
+"""Shared pytest setup: the ``--update-golden`` option, the ``golden`` snapshot fixture, and the
+settings that keep the suite off the home folder and off a quiet-host wait."""
 from __future__ import annotations
 
 import atexit
@@ -32,6 +33,38 @@ if sys.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE"):
     atexit.register(shutil.rmtree, _PYCACHE, ignore_errors=True)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ["PYTHONPYCACHEPREFIX"] = _PYCACHE
+
+# Third-party caches under the home folder: PoCL's kernels (~/.cache/pocl), zig's C library
+# stubs for cross-linking (~/.cache/zig), onnxruntime's device id (~/.cache/Microsoft),
+# pyopencl's (~/.cache/pytools), matplotlib's font list and config folder (~/.cache/matplotlib,
+# ~/.config/matplotlib), IPython's folder that jupyter_client makes when it looks up the
+# notebooks' kernel (~/.ipython) go to a folder of the session's own, unless the machine names
+# its own.  Set before xdist starts its workers, so that they share it.
+_UNSET = [name for name in ("XDG_CACHE_HOME", "MPLCONFIGDIR", "IPYTHONDIR")
+          if not os.environ.get(name)]
+if _UNSET:
+    _CACHES = tempfile.mkdtemp(prefix="autotune-tests-caches-")
+    atexit.register(shutil.rmtree, _CACHES, ignore_errors=True)
+    for _name in _UNSET:
+        os.environ[_name] = os.path.join(_CACHES, _name.lower())
+        os.mkdir(os.environ[_name])
+
+# The simulated accelerator compiles its functional model into a cache folder, by default
+# ~/.cache/autotune/accel: here a folder of this process's own that goes at its end
+# (autotune.accel.set_cache_dir).  Imported after the settings above, which the packages read.
+# Child processes that import autotune.accel by themselves (the tutorial notebooks' kernels)
+# get a home folder of their own instead (tests/test_tutorials.py).  tests/test_home_folder.py
+# checks that a session leaves the home folder empty.
+try:
+    from autotune import accel
+except Exception:  # noqa: BLE001
+    # NOTE: a package that does not import fails the tests that import it, with their names;
+    # failing here would stop the collection of every test, tensor_ir's too.
+    accel = None
+if accel is not None:
+    _ACCEL_CACHE = tempfile.mkdtemp(prefix="autotune-tests-accel-")
+    atexit.register(shutil.rmtree, _ACCEL_CACHE, ignore_errors=True)
+    accel.set_cache_dir(_ACCEL_CACHE)
 
 
 def pytest_addoption(parser):

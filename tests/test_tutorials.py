@@ -3,9 +3,10 @@ and each is stored with its outputs, so that it reads well on GitHub without run
 
 A notebook runs through nbclient in a fresh ``python3`` kernel: ipykernel's own kernel spec,
 which jupyter_client starts with this interpreter (``test_the_kernel_runs_this_python`` checks
-that), in a temporary working directory and with a time-out per cell.  A cell that raises fails
-the test, naming the notebook and the cell.  The executed copy is thrown away; the stored outputs
-are refreshed by running this file as a script after changing a notebook::
+that), in a temporary working directory that also holds its temporary and home folders, and
+with a time-out per cell.  A cell that raises fails the test, naming the notebook and the cell.
+The executed copy is thrown away; the stored outputs are refreshed by running this file as a
+script after changing a notebook::
 
     python tests/test_tutorials.py tutorials/03_tensorize_int8.ipynb     # or no argument: all
 """
@@ -39,6 +40,18 @@ class CellFailed(Exception):
     """A cell of a tutorial raised or ran past its time-out; the message names it."""
 
 
+def kernel_env(folder: Path) -> dict[str, str]:
+    """The environment of a kernel working in ``folder``: this process's, with the temporary
+    and home folders inside ``folder``.  The notebooks keep their databases in
+    tempfile.mkdtemp() folders (a reader may look at them afterwards) and the accelerator
+    compiles its model into ~/.cache/autotune/accel (the kernel is a process of its own, which
+    tests/conftest.py's setting does not reach): both go with ``folder``, off the user's home
+    folder, and each notebook starts as on a new machine."""
+    home = folder / "home"
+    home.mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(folder), "HOME": str(home)}
+
+
 def execute(nb: nbformat.NotebookNode, name: str, cwd: Path) -> float:
     """Run the cells of ``nb`` in order, in place (their outputs replace the stored ones), in a
     fresh kernel whose working directory is ``cwd``; return the seconds it took.  Raises
@@ -47,9 +60,7 @@ def execute(nb: nbformat.NotebookNode, name: str, cwd: Path) -> float:
                             resources={"metadata": {"path": str(cwd)}})
     start = time.perf_counter()
     number = 0
-    # The notebooks keep their databases in tempfile.mkdtemp() folders (a reader may look at
-    # them afterwards); under test they go inside ``cwd`` and are removed with it.
-    with client.setup_kernel(env={**os.environ, "TMPDIR": str(cwd)}):
+    with client.setup_kernel(env=kernel_env(cwd)):
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
@@ -96,7 +107,8 @@ def test_the_kernel_runs_this_python(tmp_path):
     nb.cells.append(nbformat.v4.new_code_cell("import os, sys; print(sys.executable); "
                                               "print(os.getcwd())"))
     NotebookClient(nb, kernel_name=KERNEL, timeout=60, startup_timeout=120,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(
+                       env=kernel_env(tmp_path))
     executable, cwd = nb.cells[0].outputs[0].text.split()
     assert os.path.realpath(executable) == os.path.realpath(sys.executable)
     assert os.path.realpath(cwd) == os.path.realpath(tmp_path)

@@ -13,7 +13,8 @@ intrinsic (a C functional model), a cycle-counting runner and a matmul design sp
         kernel = accel.build(func)                   # the best program; GEMMs run in the model
 
 Modules: :mod:`.hardware` (the description, the timing parameters, the target),
-:mod:`.intrinsic` (the GEMM intrinsic and compiling ``model.c``), :mod:`.timing` (cycles from
+:mod:`.intrinsic` (the GEMM intrinsic and compiling ``model.c`` into the cache folder,
+``~/.cache/autotune/accel`` or :func:`set_cache_dir`'s), :mod:`.timing` (cycles from
 the lowered program, capacity verification), :mod:`.space` (design space, default schedule),
 :mod:`.runner` (the Runner), :mod:`.builder` (the LocalBuilder whose workers know the
 intrinsic).
@@ -37,7 +38,15 @@ from .hardware import (
     UnsupportedProgramError,
     accelerator_target,
 )
-from .intrinsic import GEMM_INTRIN, GEMM_SYMBOL, functional_model, gemm_description
+from .intrinsic import (
+    GEMM_INTRIN,
+    GEMM_SYMBOL,
+    default_cache_dir,
+    functional_model,
+    gemm_description,
+    get_cache_dir,
+    set_cache_dir,
+)
 from .runner import AcceleratorRunner, cycles_of
 from .space import (
     VerifyAccelerator,
@@ -81,14 +90,17 @@ __all__ = [
     "accelerator_target",
     "build",
     "cycles_of",
+    "default_cache_dir",
     "default_schedule",
     "design_space",
     "functional_model",
     "gemm_description",
     "gemm_template",
+    "get_cache_dir",
     "matmul_int8",
     "schedule_gemm",
     "scratchpad_usage",
+    "set_cache_dir",
     "simulate",
     "verify",
 ]

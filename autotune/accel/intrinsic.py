@@ -5,6 +5,10 @@ function compiled from ``model.c`` on first use.
     path = functional_model()          # compiles model.c once into the cache folder
     sch.tensorize(loop, GEMM_INTRIN)   # a 16x16x16 int8 -> int32 tile becomes one call
 
+The cache folder is ``~/.cache/autotune/accel`` unless a call names its own (``cache_dir=``)
+or :func:`set_cache_dir` moved the process's default (a test suite, a sandbox without a
+writable home folder).
+
 The intrinsic is registered when this module is imported, naming the library where the model
 will be (the cache folder); nothing is compiled until :func:`functional_model` is called, as a
 user builds a vendor's simulator once before using it.  Every entry point of
@@ -24,8 +28,8 @@ from tensor_ir.func import PrimFunc
 
 from .hardware import AcceleratorError
 
-__all__ = ["GEMM_INTRIN", "GEMM_SYMBOL", "MODEL_SOURCE", "default_cache_dir",
-           "functional_model", "gemm_description", "library_path"]
+__all__ = ["GEMM_INTRIN", "GEMM_SYMBOL", "MODEL_SOURCE", "default_cache_dir", "functional_model",
+           "gemm_description", "get_cache_dir", "library_path", "set_cache_dir"]
 
 GEMM_INTRIN = "simaccel_gemm_16x16x16_i8i8i32"
 GEMM_SYMBOL = "simaccel_gemm_16x16x16"
@@ -33,6 +37,8 @@ MODEL_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model.c
 # Flags are part of the cached library's name: a different build is a different file.
 _CFLAGS = ("-O2", "-shared", "-fPIC")
 _LOCK = threading.Lock()
+# The folder set_cache_dir() chose for this process; None: default_cache_dir().
+_cache_dir: str | None = None
 
 
 def gemm_description(name: str = GEMM_INTRIN) -> PrimFunc:
@@ -47,8 +53,35 @@ def gemm_description(name: str = GEMM_INTRIN) -> PrimFunc:
 
 
 def default_cache_dir() -> str:
-    """Where compiled models are kept: ``~/.cache/autotune/accel``."""
+    """Where compiled models are kept unless :func:`set_cache_dir` says otherwise:
+    ``~/.cache/autotune/accel``."""
     return os.path.join(os.path.expanduser("~"), ".cache", "autotune", "accel")
+
+
+def get_cache_dir() -> str:
+    """The folder used by every call given no ``cache_dir``: the one :func:`set_cache_dir`
+    named, else :func:`default_cache_dir`."""
+    return _cache_dir if _cache_dir is not None else default_cache_dir()
+
+
+def set_cache_dir(folder: str | os.PathLike | None) -> None:
+    """Keep this process's compiled models in ``folder`` (made on first compile) from now on;
+    None goes back to :func:`default_cache_dir`.  It is the folder of every call given no
+    ``cache_dir``: :func:`functional_model`, ``AcceleratorRunner``, ``autotune.accel.build``.
+    The intrinsic is re-registered to name the library there at once, so that programs
+    tensorized from now on call it; nothing is compiled before :func:`functional_model`.
+    Worker processes need no setting of their own: the builder and the runner send them the
+    library's path.  Raises AcceleratorError for a ``folder`` that is no path (or empty)."""
+    global _cache_dir
+    if folder is not None and (not isinstance(folder, (str, os.PathLike))
+                               or not os.fspath(folder)):
+        raise AcceleratorError(f"set_cache_dir: the accelerator's model cache must be a "
+                               f"folder path or None, got {folder!r}")
+    # Absolute now: a later chdir must not move the cache (nor the registered library).
+    chosen = None if folder is None else os.path.abspath(os.fspath(folder))
+    with _LOCK:
+        _cache_dir = chosen
+        _register(library_path())
 
 
 def _source_digest() -> str:
@@ -62,9 +95,10 @@ def _source_digest() -> str:
 
 
 def library_path(cache_dir: str | None = None) -> str:
-    """The path of the compiled model in ``cache_dir`` (default: :func:`default_cache_dir`);
-    its name holds a digest of the source and flags, so an edited model is rebuilt."""
-    folder = cache_dir if cache_dir is not None else default_cache_dir()
+    """The path of the compiled model in ``cache_dir`` (default: the process's
+    :func:`get_cache_dir`); its name holds a digest of the source and flags, so an edited model
+    is rebuilt."""
+    folder = cache_dir if cache_dir is not None else get_cache_dir()
     return os.path.join(os.path.abspath(folder), f"libsimaccel-{_source_digest()}.so")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import shutil
 
 import numpy as np
@@ -92,6 +93,30 @@ def test_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(accel.AcceleratorError, match="'no-such-cc' .* not an executable"):
         accel.functional_model(str(cache), compiler="no-such-cc")
     assert intrinsics.get(accel.GEMM_INTRIN).impl.library == accel.functional_model()
+
+
+def test_set_cache_dir_moves_where_models_are_compiled(tmp_path):
+    folder = tmp_path / "models"
+    before = accel.get_cache_dir()
+    try:
+        accel.set_cache_dir(folder)
+        assert accel.get_cache_dir() == str(folder)
+        # The intrinsic names the new library at once; it is compiled on first use.
+        library = intrinsics.get(accel.GEMM_INTRIN).impl.library
+        assert os.path.dirname(library) == str(folder) and not folder.exists()
+        assert accel.functional_model() == library and os.path.exists(library)
+        accel.set_cache_dir(None)
+        assert accel.get_cache_dir() == accel.default_cache_dir()
+        assert os.path.dirname(intrinsics.get(accel.GEMM_INTRIN).impl.library) \
+            == accel.default_cache_dir()
+    finally:
+        accel.set_cache_dir(before)
+    assert os.path.dirname(intrinsics.get(accel.GEMM_INTRIN).impl.library) == before
+    with pytest.raises(accel.AcceleratorError, match="must be a folder path or None, got 3"):
+        accel.set_cache_dir(3)
+    with pytest.raises(accel.AcceleratorError, match="got ''"):
+        accel.set_cache_dir("")
+    assert accel.get_cache_dir() == before
 
 
 @pytest.mark.parametrize("blocks", [(1, 1, 1), (2, 4, 2)])
@@ -236,7 +261,8 @@ def test_runner_returns_cycles_errors_and_wrong_results_as_records():
     good = scheduled(func, (2, 2, 2)).func
     overflow = scheduled(accel.matmul_int8(256, 256, 256), (16, 16, 1)).func
     config = MeasureConfig(number=1, repeat=1, min_repeat_ms=0.0, check="all")
-    with accel.AcceleratorRunner(config=config) as runner, accel.AcceleratorBuilder(max_workers=1) as bld:
+    with accel.AcceleratorRunner(config=config) as runner, \
+            accel.AcceleratorBuilder(max_workers=1) as bld:
         inputs = [MeasureInput(good, target, "mm64", reference=func),
                   MeasureInput(good, target, "mm64-wrong", reference=_plus_one(64, 64, 64)),
                   MeasureInput(overflow, target, "mm256", reference=None)]

@@ -5,9 +5,8 @@ kernels skip with the reason)."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
-
-onnx = pytest.importorskip("onnx")
 
 import autotune
 from autotune import cli

@@ -6,10 +6,10 @@ problem."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 pytest.importorskip("pyopencl")
-onnx = pytest.importorskip("onnx")
 
 import pyopencl as cl
 

@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-pytest.importorskip("onnx")
-
 from autotune.frontends import load_model
 from autotune.tune_model import model_tasks
 

@@ -9,6 +9,7 @@ import pytest
 
 from autotune.executor import BenchmarkResult
 from autotune.model_build import MissingRecordWarning, build_model
+from records import MemoryDatabase
 from search.measure import MeasureResult
 from tensor_ir.errors import BuildError
 
@@ -125,12 +126,11 @@ def test_coverage_report_and_missing_record_warning():
 
 
 def test_build_from_database():
-    records = pytest.importorskip("records")
     from autotune.graph import extract_tasks
     from schedules.space import DesignSpace
 
     model = conv_bn_relu_model()
-    db = records.MemoryDatabase()
+    db = MemoryDatabase()
     result = MeasureResult(run_times=[1e-3], median=1e-3)
     for task in extract_tasks(model):
         key = db.commit_workload(task.func)

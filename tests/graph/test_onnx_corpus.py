@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import onnx
 import pytest
 
-onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper

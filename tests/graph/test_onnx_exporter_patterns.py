@@ -21,9 +21,9 @@ Exporters and settings whose output these tests follow:
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
-onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper
 

@@ -4,9 +4,9 @@ operator as onnxruntime carries them."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
-onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 

@@ -248,6 +248,11 @@ def test_cmaes_sampler(space):
     strategy, result = run_optuna(space, seed=0, trials=32, sampler="cmaes")
     assert strategy.encoding == "ordinal"
     assert len({t.program_hash for t in result.trials}) == 32
+    assert isinstance(strategy.study.sampler, optuna.samplers.CmaEsSampler)
+    # After its startup trials CMA-ES itself proposes (Optuna marks those trials with their
+    # generation); had every parameter gone to the TPE fallback, no trial would carry one.
+    cma = [t for t in strategy.study.trials if "cma:generation" in t.system_attrs]
+    assert len(cma) >= 8, [sorted(t.system_attrs) for t in strategy.study.trials]
 
 
 # -- the public entry points -------------------------------------------------------------------

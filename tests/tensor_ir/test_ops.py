@@ -97,7 +97,6 @@ def test_interpreter_matches_reference(name, index):
 
 
 def _build():
-    pytest.importorskip("llvmlite")
     import autotune  # noqa: PLC0415 - the higher package is only needed by these tests
 
     return autotune.build
