@@ -17,6 +17,7 @@ user builds a vendor's simulator once before using it.  Every entry point of
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ import tempfile
 import threading
 
 from tensor_ir import intrinsics, te
+from tensor_ir.codegen.link import compile_c_shared
+from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
 
 from .hardware import AcceleratorError
@@ -110,7 +113,8 @@ def _register(path: str) -> None:
 
 def functional_model(cache_dir: str | None = None, compiler: str | None = None) -> str:
     """The path of the compiled functional model, compiling ``model.c`` first when the cache
-    has none (with ``compiler``, default ``cc`` or else ``gcc`` from PATH).  The GEMM intrinsic
+    has none (with ``compiler``; by default the ``ziglang`` wheel's C compiler where it is
+    installed, else ``cc`` or ``gcc`` from PATH).  The GEMM intrinsic
     is (re-)registered to call the returned library.  Raises AcceleratorError when no compiler
     is found or the compilation fails."""
     path = library_path(cache_dir)
@@ -123,20 +127,21 @@ def functional_model(cache_dir: str | None = None, compiler: str | None = None) 
 
 
 def _compile(path: str, compiler: str | None) -> None:
+    cc = None
     if compiler is not None:
         cc = shutil.which(compiler)
         if cc is None:
             raise AcceleratorError(f"the C compiler {compiler!r} given to build the "
                                    f"accelerator's functional model ({MODEL_SOURCE}) is not "
                                    f"an executable found on PATH")
-    else:
+    elif importlib.util.find_spec("ziglang") is None:
         cc = shutil.which("cc") or shutil.which("gcc")
         if cc is None:
             raise AcceleratorError(
                 f"the simulated accelerator's functional model {MODEL_SOURCE} must be compiled "
                 f"into a shared library before a program using {GEMM_INTRIN} can run, but no "
-                f"C compiler (cc or gcc) is on PATH; install one (e.g. apt-get install gcc) or "
-                f"pass compiler=")
+                f"C compiler (cc or gcc) is on PATH and the ziglang package is not installed; "
+                f"pip install ziglang, install a compiler, or pass compiler=")
     folder = os.path.dirname(path)
     try:
         os.makedirs(folder, exist_ok=True)
@@ -148,11 +153,19 @@ def _compile(path: str, compiler: str | None) -> None:
     fd, part = tempfile.mkstemp(prefix=".libsimaccel-", suffix=".so", dir=folder)
     os.close(fd)
     try:
-        cmd = [cc, *_CFLAGS, "-o", part, MODEL_SOURCE]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise AcceleratorError(f"compiling the accelerator's functional model failed "
-                                   f"({' '.join(cmd)}):\n{proc.stderr.strip()}")
+        if cc is None:
+            # The C compiler of the ziglang wheel: nothing from the system's toolchain.
+            try:
+                compile_c_shared(MODEL_SOURCE, part, _CFLAGS)
+            except BuildError as err:
+                raise AcceleratorError(f"compiling the accelerator's functional model "
+                                       f"failed: {err}") from err
+        else:
+            cmd = [cc, *_CFLAGS, "-o", part, MODEL_SOURCE]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise AcceleratorError(f"compiling the accelerator's functional model failed "
+                                       f"({' '.join(cmd)}):\n{proc.stderr.strip()}")
         os.replace(part, path)
     finally:
         if os.path.exists(part):

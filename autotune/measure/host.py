@@ -1,5 +1,5 @@
 """Whether the host is fit to time a parallel CPU kernel: the cross-core round trip of two
-OpenMP threads, and the runner's wait for it to come back to its quiet level.
+threads of the parallel runtime, and the runner's wait for it to come back to its quiet level.
 
 A virtual machine's two cores are not always placed alike on the host.  On the machine this
 was measured on (2 vCPUs of a Zen 5 EPYC) a ping-pong of one cache line between two threads
@@ -67,15 +67,11 @@ define internal i64 @now(ptr %ts) {{
 # the elapsed nanoseconds of all rounds at data[9] (rounds at data[8]), or -1 when the team
 # has a single thread.  The flag (data[0]) sits alone on its cache line.
 _PROBE_IR = NOW_IR + """
-declare void @GOMP_parallel(ptr, ptr, i32, i32)
-declare i32 @omp_get_thread_num()
-declare i32 @omp_get_num_threads()
+declare void @tir_parallel_launch(ptr, ptr, i32)
 
-define internal void @pingpong_team(ptr %data) {
+define internal void @pingpong_team(ptr %data, i32 %team, i32 %tid) {
 entry:
   %ts = alloca [2 x i64], align 8
-  %team = call i32 @omp_get_num_threads()
-  %tid = call i32 @omp_get_thread_num()
   %rp = getelementptr inbounds i64, ptr %data, i64 8
   %rounds = load i64, ptr %rp
   %outp = getelementptr inbounds i64, ptr %data, i64 9
@@ -122,7 +118,7 @@ done:
 }
 
 define i64 @cross_core_probe(ptr %data) {
-  call void @GOMP_parallel(ptr @pingpong_team, ptr %data, i32 2, i32 0)
+  call void @tir_parallel_launch(ptr @pingpong_team, ptr %data, i32 2)
   %outp = getelementptr inbounds i64, ptr %data, i64 9
   %r = load i64, ptr %outp
   ret i64 %r
@@ -131,10 +127,10 @@ define i64 @cross_core_probe(ptr %data) {
 
 
 class CrossCoreProbe:
-    """``probe(rounds)``: nanoseconds per round trip of a cache line between two OpenMP
-    threads (the team the runner's kernels run on), the median of three launches of a third
-    of ``rounds`` each (one launch that met a preemption does not decide), or None when
-    OpenMP gives a single thread.  Compiled on the first call."""
+    """``probe(rounds)``: nanoseconds per round trip of a cache line between two threads of
+    the thread pool (the team the runner's kernels run on), the median of three launches of a
+    third of ``rounds`` each (one launch that met a preemption does not decide), or None when
+    the pool gives a single thread.  Compiled on the first call."""
 
     def __init__(self):
         self._fn = None

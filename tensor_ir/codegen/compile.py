@@ -12,7 +12,6 @@ with plain O3 while optimisation and object emission take about half the time.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -75,8 +74,8 @@ def _initialize() -> None:
     """Register every LLVM target (cross compilation) and make what the generated code calls
     visible to the JIT's symbol resolution: the parallel runtime (tensor_ir.codegen.threadpool,
     compiled here once per process), libm (expf, erff, ...), libgcc_s (half-precision
-    conversion helpers on CPUs without F16C) and, where installed, libgomp (GOMP_parallel,
-    omp_get_thread_num), which only kernels built with the "gomp" parallel runtime call."""
+    conversion helpers on CPUs without F16C).  libgomp is loaded only for kernels built with
+    the "gomp" parallel runtime (:func:`load_openmp`)."""
     global _RUNTIME_LOADED
     with _INIT_LOCK:
         if _RUNTIME_LOADED:
@@ -85,24 +84,44 @@ def _initialize() -> None:
         llvm.initialize_all_asmprinters()
         for option in llvm_options():
             llvm.set_option("tensor_ir", option)
-        for lib, required in (("m", True), ("gomp", False), ("gcc_s", False)):
-            path = ctypes.util.find_library(lib)
-            candidates = [p for p in (path, f"lib{lib}.so.1", f"lib{lib}.so.6") if p]
-            with _openmp_environment() if lib == "gomp" else contextlib.nullcontext():
-                for candidate in candidates:
-                    try:
-                        llvm.load_library_permanently(candidate)
-                        break
-                    except RuntimeError:
-                        continue
-                else:
-                    if required:
-                        raise BuildError(f"cannot load the runtime library lib{lib}, which "
-                                         f"generated kernels call; is it installed?")
+        _load_library("m", required=True)
+        _load_library("gcc_s", required=False)
         from .threadpool import register_jit_runtime
 
         register_jit_runtime()
         _RUNTIME_LOADED = True
+
+
+def _load_library(lib: str, required: bool) -> bool:
+    """Make ``lib{lib}`` visible to the JIT's symbol resolution; whether it was found."""
+    path = ctypes.util.find_library(lib)
+    for candidate in [p for p in (path, f"lib{lib}.so.1", f"lib{lib}.so.6") if p]:
+        try:
+            llvm.load_library_permanently(candidate)
+            return True
+        except RuntimeError:
+            continue
+    if required:
+        raise BuildError(f"cannot load the runtime library lib{lib}, which generated kernels "
+                         f"call; is it installed?")
+    return False
+
+
+_OPENMP_LOADED = False
+
+
+def load_openmp() -> None:
+    """Load libgomp for kernels built with the "gomp" parallel runtime (tensor_ir.codegen
+    .parallel.set_runtime), with GOMP_SPIN_COUNT unless the user chose a policy.  Only those
+    kernels call it, so a process that never builds or loads one never loads libgomp; a
+    BuildError when it is not installed."""
+    global _OPENMP_LOADED
+    with _INIT_LOCK:
+        if _OPENMP_LOADED:
+            return
+        with _openmp_environment():
+            _load_library("gomp", required=True)
+        _OPENMP_LOADED = True
 
 
 class _openmp_environment:
@@ -395,6 +414,8 @@ class _LinkedObject:
     """
 
     def __init__(self, object_code: bytes, symbols: _ObjectSymbols):
+        if "GOMP_parallel" in symbols.undefined:
+            load_openmp()  # built with the "gomp" parallel runtime
         library = llvm.JITLibraryBuilder().add_object_img(object_code)
         unresolved = []
         for name in symbols.undefined:
@@ -433,6 +454,8 @@ class _MCJITObject:
     above); ELF hosts never take this path."""
 
     def __init__(self, object_code: bytes, target: LLVMTarget):
+        if b"GOMP_parallel" in object_code:
+            load_openmp()  # built with the "gomp" parallel runtime
         tm = _create_target_machine(*target.resolved(), target.opt_level)
         empty = llvm.parse_assembly("")
         empty.triple = target.triple

@@ -85,8 +85,20 @@ def test_intrinsic_is_registered_as_an_extern_c_gemm_tile():
     assert intrin.impl.library == accel.functional_model()
 
 
+def test_the_model_compiles_without_a_system_compiler(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, no gcc: the ziglang wheel's compiler
+    path = accel.functional_model(str(tmp_path / "cache"))
+    assert os.path.isfile(path) and ctypes.CDLL(path)[accel.GEMM_SYMBOL]
+    accel.functional_model()  # the intrinsic back on the session's library
+
+
 def test_missing_compiler_is_a_clear_error(tmp_path, monkeypatch):
+    import importlib.util
+
     monkeypatch.setenv("PATH", str(tmp_path))  # no cc, no gcc
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ziglang" else find_spec(name, *a))
     cache = tmp_path / "cache"
     with pytest.raises(accel.AcceleratorError, match=r"no C compiler \(cc or gcc\) is on PATH"):
         accel.functional_model(str(cache))
