@@ -6,7 +6,8 @@ import numpy as np
 from .errors import DTypeError
 
 # Every dtype the IR knows, in its canonical spelling.
-DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64")
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64")
 
 # Loop variables and buffer indices are 64-bit: shapes of real models overflow int32 products.
 INDEX_DTYPE = "int64"
@@ -14,7 +15,7 @@ INDEX_DTYPE = "int64"
 _ALIASES = {"float": "float32", "int": "int32", "double": "float64", "half": "float16"}
 
 _BITS = {"bool": 1, "int8": 8, "int16": 16, "int32": 32, "int64": 64, "uint8": 8,
-         "float16": 16, "float32": 32, "float64": 64}
+         "uint16": 16, "uint32": 32, "uint64": 64, "float16": 16, "float32": 32, "float64": 64}
 
 
 def canonical(dtype) -> str:

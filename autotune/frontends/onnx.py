@@ -12,8 +12,12 @@ write them (opset 11 to 21).  Shape arithmetic (Shape, Gather, Unsqueeze, Concat
 constants) is evaluated while importing, so a Reshape whose target shape is computed from
 ``x.shape`` sees a constant.  Any operator, attribute value or non-constant argument the
 importer does not handle raises :class:`UnsupportedOperatorError` naming the operator and the
-node; operator types it has no converter for are found before any node is converted and raised
-together, as :class:`UnsupportedOperatorsError`, each with the nodes that use it.  An invalid
+node; an operator without a converter that ONNX defines as a function (Attention, RotaryEmbedding,
+the losses, ...) is imported as its function body (``onnx_functions``); the other operator
+types it has no converter for are found before any node is converted and raised together, as
+:class:`UnsupportedOperatorsError`, each with the nodes that use it.  ``constant_inputs`` fixes
+graph inputs that give shapes, axes or pads to values; an input with a zero-size dimension is
+a constant (its one possible value), and so is every empty result.  An invalid
 model (an attribute or input outside ONNX's schema, a zero stride, an axis out
 of range, a tensor above ``max_elements``) raises :class:`FrontendError` naming the node and the
 attribute.  The converters, one per ONNX op type, live in ``onnx_converters``.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import deque
 from typing import Mapping
 
 import numpy as np
@@ -31,6 +36,7 @@ from ..graph.ir import GraphBuilder, Model
 from ..graph.operators import get_op
 from ..graph.types import TensorType, contiguous
 from .onnx_converters import ARITY, CONVERTERS, value_dtype
+from .onnx_functions import expand, has_body
 
 # The command-line checker is autotune.frontends.check (python -m autotune.frontends.check).
 __all__ = ["from_onnx", "SUPPORTED_OPS", "DEFAULT_MAX_ELEMENTS", "UnsupportedOperatorsError",
@@ -111,19 +117,21 @@ def _op_key(node) -> str:
     return f"{node.domain}.{node.op_type}"
 
 
-def _unsupported_nodes(graph) -> dict[str, list[str]]:
-    """{op key: node names} of the nodes of ``graph`` no converter handles."""
+def _unsupported_nodes(graph, onnx=None, opset: int = 0) -> dict[str, list[str]]:
+    """{op key: node names} of the nodes of ``graph`` no converter handles (and, given
+    ``onnx``, that ONNX does not define as a function the importer expands at ``opset``)."""
     missing: dict[str, list[str]] = {}
     for index, node in enumerate(graph.node):
         key = _op_key(node)
-        if key not in CONVERTERS:
+        if key not in CONVERTERS and not (onnx is not None and has_body(onnx, node, opset)):
             missing.setdefault(key, []).append(node.name or f"{node.op_type}_{index}")
     return missing
 
 
 class Importer:
     def __init__(self, proto, input_shapes: Mapping[str, tuple] | None, name: str | None,
-                 max_elements: int = DEFAULT_MAX_ELEMENTS):
+                 max_elements: int = DEFAULT_MAX_ELEMENTS,
+                 constant_inputs: Mapping[str, np.ndarray] | None = None):
         onnx, self.numpy_helper = _onnx()
         self.onnx = onnx
         graph = proto.graph
@@ -138,6 +146,7 @@ class Importer:
         self.constant_elements = 0  # elements of all constants held, against max_elements
         self.node = None  # the node being converted, for error messages
         self.graph = graph
+        self.constant_inputs = dict(constant_inputs or {})
 
     # -- helpers -----------------------------------------------------------------------------
     def where(self) -> str:
@@ -268,14 +277,19 @@ class Importer:
             return self.constant(result.reshape(out_type.shape),
                                  f"{self.node.output[0] or op}_const")
         try:
+            out_type = opdef.infer([self.type_of(v) for v in inputs], attrs)
+        except GraphError as err:
+            raise FrontendError(f"{self.where()}: {err}") from None
+        if 0 in out_type.shape:
+            # An empty result has one value whatever the inputs hold: a constant (kernels
+            # are generated for non-empty extents only).
+            return self.constant(np.zeros(out_type.shape, dtype=out_type.dtype),
+                                 f"{self.node.output[0] or op}_empty")
+        try:
             out = self.builder.op(op, inputs, name=self.node_name(), **attrs)
         except GraphError as err:
             raise FrontendError(f"{self.where()}: {err}") from None
-        shape = self.type_of(out).shape
-        self.check_size(shape, f"the result of {op}")
-        if 0 in shape:
-            # NOTE: kernels are generated for static, non-empty extents only.
-            raise self.unsupported(f"the result of {op} has the empty shape {shape}")
+        self.check_size(self.type_of(out).shape, f"the result of {op}")
         return out
 
     def constant(self, array, name: str | None = None) -> str:
@@ -387,22 +401,43 @@ class Importer:
         if unknown:
             raise FrontendError(f"input_shapes names {unknown}, which are not inputs of the "
                                 f"graph; its inputs are {sorted(graph_inputs)}")
+        unknown = sorted(set(self.constant_inputs) - graph_inputs)
+        if unknown:
+            raise FrontendError(f"constant_inputs names {unknown}, which are not inputs of the "
+                                f"graph; its inputs are {sorted(graph_inputs)}")
         self._check_symbolic_inputs(graph, initializers)
         for vi in graph.input:
             if vi.name in initializers:
                 continue
             if vi.name in self.values:
                 raise FrontendError(f"graph input {vi.name!r} is listed twice")
-            self.values[vi.name] = self.builder.input(vi.name, *self._input_type(vi))
+            if vi.name in self.constant_inputs:
+                self.values[vi.name] = self._constant_input(vi)
+                continue
+            dims, dtype = self._input_type(vi)
+            if 0 in dims:
+                # An empty tensor has one value: a constant, so that what depends on it only
+                # is evaluated while importing (kernels have non-empty extents), and the
+                # built model does not take it.
+                self.values[vi.name] = self.constant(np.zeros(dims, dtype), vi.name)
+                continue
+            self.values[vi.name] = self.builder.input(vi.name, dims, dtype)
         self.used = {v for n in graph.node for v in n.input} | {o.name for o in graph.output}
-        missing = _unsupported_nodes(graph)
+        missing = _unsupported_nodes(graph, self.onnx, self.opset)
         if missing:
             raise UnsupportedOperatorsError(missing)
-        for self.index, self.node in enumerate(graph.node):
+        pending = deque(graph.node)
+        self.index = 0
+        while pending:
+            self.node = pending.popleft()
+            if _op_key(self.node) not in CONVERTERS:
+                pending.extendleft(reversed(self._function_body()))
+                continue
             convert = CONVERTERS[self.node.op_type]
             self.check_schema()
             self.check_arity()
             convert(self)
+            self.index += 1
         self.node = None
         if not graph.output:
             raise FrontendError(f"graph {graph.name!r} has no outputs")
@@ -423,6 +458,37 @@ class Importer:
                 renamed[value] = self.builder.output(value, out.name)
         return self.builder.build()
 
+    def _function_body(self) -> list:
+        """The nodes of the current node's ONNX function body (see onnx_functions), its
+        input types known now that the nodes before it are converted."""
+        node = self.node
+        self.check_schema()
+        types = [self.type_of(self.value(v)) if v else None for v in node.input]
+        prefix = f"{node.name or node.op_type}_{self.index}__"
+        try:
+            body = expand(self.onnx, node, self.opset, types, prefix)
+        except Exception as err:  # onnx builds context-dependent bodies in C++; it may refuse
+            raise self.unsupported(f"its ONNX function body cannot be built: "
+                                   f"{type(err).__name__}: {err}") from None
+        if body is None:
+            raise self.unsupported(f"no converter, and ONNX defines no function body for it "
+                                   f"at opset {self.opset}")
+        self.index += 1
+        self.used |= {v for n in body for v in n.input}
+        return body
+
+    def _constant_input(self, vi) -> str:
+        """A graph input fixed to a value by ``constant_inputs``: a constant of the declared
+        element type (a shape, axes or pads input that the importer needs to know)."""
+        array = np.asarray(self.constant_inputs[vi.name])
+        if vi.type.WhichOneof("value") == "tensor_type":
+            dtype = value_dtype(self.onnx, vi.type.tensor_type.elem_type,
+                                f"graph input {vi.name!r}")
+            if str(array.dtype) != dtype:
+                raise FrontendError(f"constant_inputs[{vi.name!r}] is a {array.dtype} array; "
+                                    f"the graph declares {dtype}")
+        return self.constant(array, vi.name)
+
     def _check_symbolic_inputs(self, graph, initializers) -> None:
         """Refuse symbolic dimensions (PyTorch's dynamic batch and sequence axes) that
         ``input_shapes`` does not fix, naming every such input and axis in one message, with
@@ -432,6 +498,7 @@ class Importer:
         symbolic = {}
         for vi in graph.input:
             if vi.name in initializers or vi.name in self.input_shapes or \
+                    vi.name in self.constant_inputs or \
                     vi.type.WhichOneof("value") != "tensor_type" or \
                     not vi.type.tensor_type.HasField("shape"):
                 continue
@@ -473,9 +540,9 @@ class Importer:
             # Symbolic dimensions were refused before, all inputs at once.
             dims = tuple(d.dim_value for d in tt.shape.dim)
             for d in dims:
-                if d < 1:
+                if d < 0:
                     raise FrontendError(f"graph input {vi.name!r} has dimension {d} (shape "
-                                        f"{dims}); dimensions must be at least 1")
+                                        f"{dims}); dimensions must be at least 0")
         size = math.prod(dims)
         if size > self.max_elements:
             raise FrontendError(f"graph input {vi.name!r} of shape {dims} has {size} elements, "
@@ -500,11 +567,16 @@ def operator_report(source) -> list[tuple[str, int, bool]]:
     is imported, so a model with symbolic dimensions or unsupported operators can be
     checked before a night of tuning."""
     proto, _ = _load_proto(source)
+    onnx, _ = _onnx()
+    opset = max([e.version for e in proto.opset_import if e.domain in ("", "ai.onnx")] or [1])
     counts: dict[str, int] = {}
+    supported: dict[str, bool] = {}
     for node in proto.graph.node:
         key = _op_key(node)
         counts[key] = counts.get(key, 0) + 1
-    return [(op, count, op in CONVERTERS) for op, count in counts.items()]
+        # An operator ONNX defines as a function is imported as its body.
+        supported.setdefault(key, key in CONVERTERS or has_body(onnx, node, opset))
+    return [(op, count, supported[op]) for op, count in counts.items()]
 
 
 def _load_proto(source):
@@ -533,13 +605,18 @@ def _load_proto(source):
 
 
 def from_onnx(source, input_shapes: Mapping[str, tuple] | None = None,
-              name: str | None = None, *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Model:
+              name: str | None = None, *, max_elements: int = DEFAULT_MAX_ELEMENTS,
+              constant_inputs: Mapping[str, np.ndarray] | None = None) -> Model:
     """Import an ONNX model: a path (str or PathLike), serialized bytes or a ModelProto.
 
     ``input_shapes`` gives the shape of inputs with symbolic or missing dimensions.
     ``max_elements`` bounds every tensor the import creates or types, and all its constants
     together (see DEFAULT_MAX_ELEMENTS); a model beyond it raises FrontendError.
+    ``constant_inputs`` fixes graph inputs to values ({name: array}): an input that gives a
+    shape, axes, pads or sizes (which kernels need at build time) becomes a constant, and the
+    built model no longer takes it.
     """
     proto, default_name = _load_proto(source)
-    return Importer(proto, input_shapes, name or default_name, max_elements).run()
+    return Importer(proto, input_shapes, name or default_name, max_elements,
+                    constant_inputs).run()
 

@@ -8,7 +8,7 @@ UnsupportedOperatorError.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,38 +17,14 @@ from tensor_ir import ops
 from ..graph.errors import FrontendError
 from ..graph.types import contiguous
 
+from .onnx_registry import ARITY, CONVERTERS, VALUE_DTYPES, value_dtype  # noqa: F401
+from .onnx_registry import axes_arg as _axes_arg
+from .onnx_registry import converter as _converter
+from .onnx_registry import float_input as _float_input
+
 if TYPE_CHECKING:  # the importer imports this module; the type is for annotations only
     from .onnx import Importer
 
-# The element types a graph input or a Cast may have: the dtypes the code generator handles.
-_VALUE_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32",
-                 "float64")
-
-
-def value_dtype(onnx, elem_type: int, what: str) -> str:
-    try:
-        name = str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)))
-    except Exception:
-        raise FrontendError(f"{what}: ONNX element type {elem_type} is not supported") from None
-    if name not in _VALUE_DTYPES:
-        raise FrontendError(f"{what}: element type {name} is not supported; supported: "
-                            f"{', '.join(_VALUE_DTYPES)}")
-    return name
-
-
-CONVERTERS: dict[str, Callable[[Importer], None]] = {}
-ARITY: dict[str, tuple[int, int | None]] = {}  # op type -> (required inputs, most inputs)
-
-
-def _converter(*names, inputs: tuple[int, int | None] = (1, 1)):
-    """Register a converter for ONNX op types ``names`` taking ``inputs`` = (required, most;
-    None for any number) inputs; the driver checks the count before calling it."""
-    def register(fn):
-        for name in names:
-            CONVERTERS[name] = fn
-            ARITY[name] = inputs
-        return fn
-    return register
 
 
 @_converter("Constant", inputs=(0, 0))
@@ -74,7 +50,21 @@ def _constant(ctx: Importer) -> None:
 @_converter("Dropout", inputs=(1, 3))
 def _identity(ctx: Importer) -> None:
     if ctx.node.op_type == "Dropout":
-        ctx.check_single_output()
+        inputs = ctx.inputs()
+        training = inputs[2] if len(inputs) > 2 else None
+        ratio = inputs[1] if len(inputs) > 1 else None
+        drops = ratio is None or not ctx.is_const(ratio) or \
+            ctx.const(ratio, "ratio").any()
+        if drops and (ctx.int_attr(ctx.attrs(), "training_mode", 0) or training is not None
+                      and (not ctx.is_const(training) or
+                           ctx.const(training, "training_mode").any())):
+            # Training-mode dropout draws a random mask: an inference importer has none (a
+            # ratio of 0 keeps everything, in training as in inference).
+            raise ctx.unsupported("training_mode (random dropout masks)")
+        if len(ctx.node.output) > 1 and ctx.node.output[1]:
+            # Inference keeps every element: the mask is all True.
+            shape = ctx.type_of(inputs[0]).shape
+            ctx.set_output(ctx.constant(np.ones(shape, dtype=bool)), 1)
     ctx.set_output(ctx.inputs()[0])
 
 
@@ -95,9 +85,14 @@ def _conv(ctx: Importer) -> None:
     inputs = ctx.inputs()
     x, w = inputs[0], inputs[1]
     xt, wt = ctx.type_of(x), ctx.type_of(w)
+    if len(xt.shape) == 3:
+        from .onnx_converters_more import lift_1d
+
+        lift_1d(ctx, _conv, weight=True)
+        return
     if len(xt.shape) != 4:
-        raise ctx.unsupported(f"only 2-D convolutions (NCHW input) are supported, got input "
-                              f"shape {xt.shape}")
+        raise ctx.unsupported(f"only 1-D and 2-D convolutions (NCL, NCHW input) are "
+                              f"supported, got input shape {xt.shape}")
     if len(wt.shape) != 4:
         raise ctx.error(f"weight of shape {wt.shape} must have rank 4 (OIHW)")
     kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:])
@@ -175,9 +170,23 @@ def _gemm(ctx: Importer) -> None:
 @_converter("MatMul", inputs=(2, 2))
 def _matmul(ctx: Importer) -> None:
     a, b = ctx.inputs()
-    if len(ctx.type_of(a).shape) < 2 or len(ctx.type_of(b).shape) < 2:
-        raise ctx.unsupported(f"operands of rank 1 ({ctx.type_of(a)} @ {ctx.type_of(b)})")
-    ctx.set_output(ctx.add("matmul", [a, b]))
+    ra, rb = len(ctx.type_of(a).shape), len(ctx.type_of(b).shape)
+    if ra >= 2 and rb >= 2:
+        ctx.set_output(ctx.add("matmul", [a, b]))
+        return
+    if ra < 1 or rb < 1:
+        raise ctx.error(f"operands must have rank 1 or more ({ctx.type_of(a)} @ "
+                        f"{ctx.type_of(b)})")
+    # numpy's rule for vectors: a 1 prepended to A's shape or appended to B's, then dropped.
+    a2 = ctx.add("reshape", [a], shape=(1,) + ctx.type_of(a).shape) if ra == 1 else a
+    b2 = ctx.add("reshape", [b], shape=ctx.type_of(b).shape + (1,)) if rb == 1 else b
+    y = ctx.add("matmul", [a2, b2])
+    shape = ctx.type_of(y).shape
+    if rb == 1:
+        shape = shape[:-1]
+    if ra == 1:
+        shape = shape[:-2] + shape[-1:] if rb != 1 else shape[:-1]
+    ctx.set_output(ctx.add("reshape", [y], shape=shape))
 
 
 _BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide",
@@ -197,11 +206,21 @@ def _binary(ctx: Importer) -> None:
         return
     a, b = inputs
     ta, tb = ctx.type_of(a), ctx.type_of(b)
+    if op == "power" and ta.dtype.startswith("float") and ta.dtype != tb.dtype and \
+            ctx.is_const(b):
+        b = ctx.constant(ctx.const(b, "exponent").astype(ta.dtype))
+        tb = ctx.type_of(b)
+    if op == "power" and (ta.dtype != tb.dtype or not ta.dtype.startswith("float")) and \
+            not (ctx.is_const(a) and ctx.is_const(b)):
+        # The exponent may have another type than the base (ONNX's T1 and T2), and pow is a
+        # float function: compute in float64, then back to the base's type.
+        wide = [v if ctx.type_of(v).dtype == "float64" else
+                ctx.add("cast", [v], dtype="float64") for v in (a, b)]
+        y = ctx.add("power", wide)
+        ctx.set_output(y if ta.dtype == "float64" else ctx.add("cast", [y], dtype=ta.dtype))
+        return
     if ta.dtype != tb.dtype:
-        if op == "power" and ctx.is_const(b):
-            b = ctx.constant(ctx.const(b, "exponent").astype(ta.dtype))
-        else:
-            raise ctx.unsupported(f"operand dtypes differ ({ta.dtype} and {tb.dtype})")
+        raise ctx.unsupported(f"operand dtypes differ ({ta.dtype} and {tb.dtype})")
     if op == "power" and ctx.is_const(b) and not ctx.is_const(a):
         exponent = ctx.const(b, "exponent")
         if exponent.size == 1 and float(exponent.reshape(())) == 2.0:
@@ -223,6 +242,8 @@ def _binary(ctx: Importer) -> None:
         result = np.trunc(ctx.const(a, "a") / divisor).astype(ta.dtype)
         ctx.set_output(ctx.constant(result))
         return
+    if op == "divide" and ta.dtype[0] in "iu":
+        op = "int_divide"
     ctx.set_output(ctx.add(op, [a, b]))
 
 
@@ -254,12 +275,6 @@ def _gelu(ctx: Importer) -> None:
     t = ctx.add("tanh", [ctx.add("multiply", [inner, c(float(np.sqrt(2.0 / np.pi)))])])
     y = ctx.add("multiply", [ctx.add("multiply", [x, c(0.5)]), ctx.add("add", [t, c(1.0)])])
     ctx.set_output(y)
-
-
-def _float_input(ctx: Importer, x: str) -> None:
-    dtype = ctx.type_of(x).dtype
-    if not dtype.startswith("float"):
-        raise ctx.error(f"input of dtype {dtype} must be a float tensor")
 
 
 @_converter("HardSigmoid")
@@ -352,23 +367,14 @@ def _clip(ctx: Importer) -> None:
     ctx.set_output(ctx.add("clip", [inputs[0]], min=lo, max=hi))
 
 
-@_converter("Softmax")
-def _softmax(ctx: Importer) -> None:
-    x = ctx.inputs()[0]
-    ndim = len(ctx.type_of(x).shape)
-    default = -1 if ctx.opset >= 13 else 1
-    axis = ctx.axis(ctx.attrs().get("axis", default), ndim, "attribute axis")
-    if ctx.opset < 13 and axis != ndim - 1:
-        # Before opset 13 the input is coerced to 2-D at ``axis``: a softmax over all the
-        # trailing axes together, which is not what the library's softmax computes.
-        raise ctx.unsupported(f"opset {ctx.opset} softmax over axes {axis}.. of a rank-{ndim} "
-                              f"tensor (only the last axis is supported before opset 13)")
-    ctx.set_output(ctx.add("softmax", [x], axis=axis))
-
-
 @_converter("LayerNormalization", inputs=(2, 3))
 def _layer_norm(ctx: Importer) -> None:
-    ctx.check_single_output()
+    if any(o and o in ctx.used for o in ctx.node.output[1:]):
+        # Mean and InvStdDev are asked for: the composed form gives each a value.
+        from .onnx_converters_more import layer_norm_composed
+
+        layer_norm_composed(ctx)
+        return
     attrs = ctx.attrs()
     inputs = [v for v in ctx.inputs() if v is not None]
     ndim = len(ctx.type_of(inputs[0]).shape)
@@ -412,8 +418,14 @@ def _pool(ctx: Importer) -> None:
     attrs = ctx.attrs()
     x = ctx.inputs()[0]
     xt = ctx.type_of(x)
+    if len(xt.shape) == 3:
+        from .onnx_converters_more import lift_1d
+
+        lift_1d(ctx, _pool, weight=False)
+        return
     if len(xt.shape) != 4:
-        raise ctx.unsupported(f"only 2-D pooling (NCHW input) is supported, got {xt.shape}")
+        raise ctx.unsupported(f"only 1-D and 2-D pooling (NCL, NCHW input) is supported, got "
+                              f"{xt.shape}")
     kernel, strides, dilations = _window_attrs(ctx, attrs)
     if dilations != (1, 1):
         raise ctx.unsupported(f"dilations={list(dilations)}")
@@ -512,22 +524,6 @@ def _infer_minus_one(ctx: Importer, old, shape) -> tuple:
     return tuple(shape)
 
 
-def _axes_arg(ctx: Importer, inputs, attrs, ndim: int, position: int = 1):
-    """The node's axes (an attribute before opset 13/18, an input after), each checked to lie
-    in [-ndim, ndim) and normalised; duplicates are an error, as ONNX says.  None when the
-    node gives none."""
-    if "axes" in attrs:
-        axes, what = list(ctx.ints_attr(attrs, "axes", ())), "attribute axes entry"
-    elif len(inputs) > position and inputs[position] is not None:
-        axes, what = ctx.const_ints(inputs[position], "axes"), "axes input entry"
-    else:
-        return None
-    normal = [ctx.axis(a, ndim, what) for a in axes]
-    if len(set(normal)) != len(normal):
-        raise ctx.error(f"axes {axes} repeat an axis")
-    return normal
-
-
 @_converter("Unsqueeze", inputs=(1, 2))
 def _unsqueeze(ctx: Importer) -> None:
     inputs = ctx.inputs()
@@ -537,8 +533,11 @@ def _unsqueeze(ctx: Importer) -> None:
         (ctx.const(inputs[1], "axes").size if len(inputs) > 1 and inputs[1] else 0)
     # Unsqueeze axes index the output, whose rank counts the new axes.
     axes = _axes_arg(ctx, inputs, attrs, len(old) + count)
-    if not axes:
+    if axes is None:
         raise ctx.error("no axes given")
+    if not axes:  # an empty axes list inserts nothing (ONNX's reference, onnxruntime)
+        ctx.set_output(inputs[0])
+        return
     ndim = len(old) + len(axes)
     axes = sorted(axes)
     it = iter(old)
@@ -592,8 +591,8 @@ def _pad(ctx: Importer) -> None:
     x = inputs[0]
     shape = ctx.type_of(x).shape
     mode = attrs.get("mode", "constant")
-    if mode != "constant":
-        raise ctx.unsupported(f"mode={mode!r} (only constant padding)")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise ctx.unsupported(f"mode={mode!r}")
     if ctx.opset < 11:
         if "pads" not in attrs:
             raise ctx.error("attribute pads is required")
@@ -615,7 +614,14 @@ def _pad(ctx: Importer) -> None:
         widths[a] = [pads[k], pads[k + len(axes)]]
     if any(v < 0 for w in widths for v in w):
         raise ctx.unsupported(f"negative pads {pads} (cropping)")
-    ctx.set_output(ctx.add("pad", [x], pads=tuple(tuple(w) for w in widths), value=value))
+    widths = tuple(tuple(w) for w in widths)
+    if mode != "constant":
+        if all(v == 0 for w in widths for v in w):
+            ctx.set_output(x)
+            return
+        ctx.set_output(ctx.add("pad_mode", [x], pads=widths, mode=mode))
+        return
+    ctx.set_output(ctx.add("pad", [x], pads=widths, value=value))
 
 
 _REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max",
@@ -627,7 +633,7 @@ def _reduce(ctx: Importer) -> None:
     attrs = ctx.attrs()
     inputs = ctx.inputs()
     x = inputs[0]
-    axes = _axes_arg(ctx, inputs, attrs, len(ctx.type_of(x).shape))
+    axes = _axes_arg(ctx, inputs, attrs, len(ctx.type_of(x).shape), unique=False)
     keepdims = bool(ctx.int_attr(attrs, "keepdims", 1, minimum=0, maximum=1))
     if axes is None or not axes:
         if ctx.int_attr(attrs, "noop_with_empty_axes", 0, minimum=0, maximum=1):
@@ -684,8 +690,12 @@ def _constant_of_shape(ctx: Importer) -> None:
 def _gather(ctx: Importer) -> None:
     data, indices = ctx.inputs()
     if not (ctx.is_const(data) and ctx.is_const(indices)):
-        raise ctx.unsupported("gathering from a computed tensor (only constant data and "
-                              "indices, as in shape arithmetic, are supported)")
+        from .onnx_converters_more import gather_runtime
+
+        axis = ctx.axis(ctx.int_attr(ctx.attrs(), "axis", 0), len(ctx.type_of(data).shape),
+                        "attribute axis")
+        gather_runtime(ctx, data, indices, axis)
+        return
     array, index = ctx.const(data, "data"), ctx.const(indices, "indices")
     axis = ctx.axis(ctx.attrs().get("axis", 0), array.ndim, "attribute axis")
     if index.dtype.kind not in "iu":
@@ -795,8 +805,9 @@ def _expand(ctx: Importer) -> None:
         raise ctx.error(f"input of shape {xt.shape} does not broadcast to {target}") from None
     ctx.check_size(out_shape, "the output")
     if 0 in out_shape:
-        # NOTE: kernels are generated for non-empty extents only.
-        raise ctx.unsupported(f"expanding {xt.shape} to the empty shape {out_shape}")
+        # An empty result has one value whatever the input: a constant.
+        ctx.set_output(ctx.constant(np.zeros(out_shape, dtype=xt.dtype)))
+        return
     if ctx.is_const(x):
         array = ctx.const(x, "data")
         ctx.set_output(ctx.constant(contiguous(np.broadcast_to(array, out_shape))))
@@ -946,8 +957,9 @@ def _resize(ctx: Importer) -> None:
         raise ctx.error("exactly one of scales and sizes must be given")
     if has_sizes:
         policy = attrs.get("keep_aspect_ratio_policy", "stretch")
-        if policy != "stretch":
-            raise ctx.unsupported(f"keep_aspect_ratio_policy={policy!r}")
+        if policy not in ("stretch", "not_larger", "not_smaller"):
+            raise ctx.bad_attribute("keep_aspect_ratio_policy", policy,
+                                    "is not stretch, not_larger or not_smaller")
         given = ctx.const_ints(sizes_value, "sizes")
         if len(given) != len(axes):
             raise ctx.error(f"sizes {given} must have one entry per resized axis {axes}")
@@ -957,6 +969,14 @@ def _resize(ctx: Importer) -> None:
                 raise ctx.error(f"sizes {given} must be positive")
             size[a] = v
         scales = [o / i for o, i in zip(size, shape)]
+        if policy != "stretch":
+            # One scale for every resized axis, the one that keeps the sizes within (not
+            # larger) or around (not smaller) the given ones; sizes rounded half up.
+            pick = min if policy == "not_larger" else max
+            common = pick(scales[a] for a in axes)
+            for a in axes:
+                scales[a] = common
+                size[a] = int(math.floor(common * shape[a] + 0.5))
     else:
         given = [float(v) for v in ctx.const(scales_value, "scales").reshape(-1)]
         if len(given) != len(axes):
@@ -985,9 +1005,14 @@ def _conv_transpose(ctx: Importer) -> None:
     inputs = ctx.inputs()
     x, w = inputs[0], inputs[1]
     xt, wt = ctx.type_of(x), ctx.type_of(w)
+    if len(xt.shape) == 3:
+        from .onnx_converters_more import lift_1d
+
+        lift_1d(ctx, _conv_transpose, weight=True)
+        return
     if len(xt.shape) != 4:
-        raise ctx.unsupported(f"only 2-D transposed convolutions (NCHW input) are supported, "
-                              f"got input shape {xt.shape}")
+        raise ctx.unsupported(f"only 1-D and 2-D transposed convolutions (NCL, NCHW input) "
+                              f"are supported, got input shape {xt.shape}")
     if len(wt.shape) != 4:
         raise ctx.error(f"weight of shape {wt.shape} must have rank 4 (C, K/group, kH, kW)")
     if wt.shape[0] != xt.shape[1]:
@@ -999,8 +1024,10 @@ def _conv_transpose(ctx: Importer) -> None:
                                 f"does not match the weight's shape {wt.shape}")
     if dilations != (1, 1):
         raise ctx.unsupported(f"dilations={list(dilations)}")
-    if ctx.int_attr(attrs, "group", 1, minimum=1) != 1:
-        raise ctx.unsupported(f"group={attrs['group']} (only group=1)")
+    group = ctx.int_attr(attrs, "group", 1, minimum=1)
+    if xt.shape[1] % group:
+        raise ctx.bad_attribute("group", group, f"does not divide the {xt.shape[1]} input "
+                                                f"channels")
     out_pad = ctx.ints_attr(attrs, "output_padding", (0, 0), length=2, minimum=0)
     if any(p >= s for p, s in zip(out_pad, strides)):
         raise ctx.bad_attribute("output_padding", list(out_pad),
@@ -1035,10 +1062,26 @@ def _conv_transpose(ctx: Importer) -> None:
         pads = (before[0], before[1], total[0] - before[0], total[1] - before[1])
     else:
         raise ctx.unsupported(f"auto_pad={auto!r}")
-    y = ctx.add("conv2d_transpose", [x, w], strides=strides, pads=tuple(pads),
-                output_padding=out_pad)
+    if group == 1:
+        y = ctx.add("conv2d_transpose", [x, w], strides=strides, pads=tuple(pads),
+                    output_padding=out_pad)
+    else:
+        # Groups as separate transposed convolutions over channel slices, concatenated.
+        per = xt.shape[1] // group
+        parts = []
+        for g in range(group):
+            def channels(value, shape):
+                begin, end = [0] * len(shape), list(shape)
+                begin[1 if value is x else 0], end[1 if value is x else 0] = \
+                    g * per, (g + 1) * per
+                return ctx.add("slice", [value], begin=tuple(begin), end=tuple(end),
+                               step=(1,) * len(shape))
+            parts.append(ctx.add("conv2d_transpose", [channels(x, xt.shape),
+                                                      channels(w, wt.shape)],
+                                 strides=strides, pads=tuple(pads), output_padding=out_pad))
+        y = ctx.add("concat", parts, axis=1)
     if len(inputs) > 2 and inputs[2] is not None:
-        bias, channels = inputs[2], wt.shape[1]
+        bias, channels = inputs[2], wt.shape[1] * group
         if ctx.type_of(bias).shape != (channels,):
             raise ctx.error(f"bias of shape {ctx.type_of(bias).shape} must have shape "
                             f"({channels},), one value per output channel")
@@ -1155,3 +1198,8 @@ def _einsum(ctx: Importer) -> None:
     y = ctx.add("matmul", [a, b], transpose_b=trans_b)
     y = _reshape_to(ctx, y, [extent[c] for c in batch + m + n])
     ctx.set_output(_permute(ctx, y, batch + m + n, out))
+
+
+# The converters of the rest of ONNX's elementwise math, the composite reductions and the
+# gathers register themselves on import.
+from . import onnx_converters_more  # noqa: E402,F401

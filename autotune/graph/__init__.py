@@ -4,6 +4,7 @@ from __future__ import annotations
 from .errors import FrontendError, GraphError, UnsupportedOperatorError
 from .ir import GraphBuilder, Model, Node
 from .operators import OPS, OpDef, get_op
+from . import operators_more  # noqa: F401 - registers the operators defined there
 from .passes import (
     LAYOUT_BLOCK, FusedGroup, MemoryPlan, blocked_layout, eliminate_dead_code, fold_batch_norm,
     fold_constants, fuse_ops, optimize, plan_memory, winograd_conv2d,

@@ -66,16 +66,16 @@ def get_op(name: str) -> OpDef:
     return op
 
 
-def _register(name, kind, arity, infer, te_fn, np_fn, scalar_operands=False) -> None:
+def register_op(name, kind, arity, infer, te_fn, np_fn, scalar_operands=False) -> None:
     OPS[name] = OpDef(name, kind, arity, infer, te_fn, np_fn, scalar_operands)
 
 
-def _check(cond: bool, op: str, message: str) -> None:
+def check_op(cond: bool, op: str, message: str) -> None:
     if not cond:
         raise GraphError(f"{op}: {message}")
 
 
-def _cast(result, dtype: str) -> np.ndarray:
+def cast_result(result, dtype: str) -> np.ndarray:
     return contiguous(np.asarray(result).astype(dtype, copy=False))
 
 
@@ -83,13 +83,18 @@ def _cast(result, dtype: str) -> np.ndarray:
 # elementwise and broadcast
 # ---------------------------------------------------------------------------------------------
 
-def _binary_infer(op):
+def binary_infer(op):
     def infer(types, attrs):
         a, b = types
-        _check(a.dtype == b.dtype, op, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
-        # An extent 0 would "broadcast" against 1 to 1 in the library's rule, not to 0.
-        _check(0 not in a.shape and 0 not in b.shape, op,
-               f"empty operands are not supported: {a.shape} and {b.shape}")
+        check_op(a.dtype == b.dtype, op, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
+        if 0 in a.shape or 0 in b.shape:
+            # An extent 0 would "broadcast" against 1 to 1 in the library's rule, not to 0:
+            # numpy's rule.  (Only constants are empty: the frontends fold them.)
+            try:
+                return TensorType(tuple(np.broadcast_shapes(a.shape, b.shape)), a.dtype)
+            except ValueError:
+                raise GraphError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast"
+                                 ) from None
         try:
             shape = broadcast_shape(a.shape, b.shape, op)
         except Exception as err:  # TEError from the library's check
@@ -111,12 +116,12 @@ def _binary_te(combine, library=None):
                 return te.compute(a.shape, lambda *i: combine(a[i], scalar), name=name)
             return te.compute(b.shape, lambda *i: combine(scalar, b[i]), name=name)
         shape = broadcast_shape(a.shape, b.shape, name)
-        return te.compute(shape, lambda *i: combine(a[_index(a, shape, i)],
-                                                    b[_index(b, shape, i)]), name=name)
+        return te.compute(shape, lambda *i: combine(a[broadcast_index(a, shape, i)],
+                                                    b[broadcast_index(b, shape, i)]), name=name)
     return build
 
 
-def _index(tensor: te.Tensor, shape: tuple, idx: tuple) -> tuple:
+def broadcast_index(tensor: te.Tensor, shape: tuple, idx: tuple) -> tuple:
     """Indices into ``tensor`` for output element ``idx`` under numpy broadcasting.  Unlike
     the library's broadcast_index, an axis of extent 1 in both is indexed by the loop
     variable, not by 0: the consumer of a conv2d output of batch 1 then reads it with the
@@ -130,7 +135,7 @@ def _index(tensor: te.Tensor, shape: tuple, idx: tuple) -> tuple:
 def _binary_numpy(fn):
     def run(arrays, attrs):
         a, b = arrays
-        return _cast(fn(a.astype(np.float64) if a.dtype.kind == "f" else a,
+        return cast_result(fn(a.astype(np.float64) if a.dtype.kind == "f" else a,
                         b.astype(np.float64) if b.dtype.kind == "f" else b), a.dtype)
     return run
 
@@ -147,18 +152,18 @@ for _name, _lib, _comb, _np in (
         ("power", None, _power, np.power),
         ("maximum", None, lambda x, y: te.max(x, y), np.maximum),
         ("minimum", None, lambda x, y: te.min(x, y), np.minimum)):
-    _register(_name, BROADCAST, (2, 2), _binary_infer(_name), _binary_te(_comb, _lib),
+    register_op(_name, BROADCAST, (2, 2), binary_infer(_name), _binary_te(_comb, _lib),
               _binary_numpy(_np), scalar_operands=True)
 
 
-def _same_type(types, attrs):
+def same_type(types, attrs):
     return types[0]
 
 
 def _unary(name, te_fn, np_fn) -> None:
-    _register(name, ELEMWISE, (1, 1), _same_type,
+    register_op(name, ELEMWISE, (1, 1), same_type,
               lambda args, attrs, n: te_fn(args[0], n),
-              lambda arrays, attrs: _cast(np_fn(arrays[0].astype(np.float64)),
+              lambda arrays, attrs: cast_result(np_fn(arrays[0].astype(np.float64)),
                                           arrays[0].dtype))
 
 
@@ -187,7 +192,7 @@ _unary("negative", _stage(lambda v: -v), np.negative)
 def _clip_te(args, attrs, name):
     x = args[0]
     lo, hi = attrs.get("min"), attrs.get("max")
-    if lo is not None and hi is not None:
+    if lo is not None and hi is not None and lo <= hi:
         return ops.te_clip(x, lo, hi, name=name)
 
     def fn(v):
@@ -199,9 +204,16 @@ def _clip_te(args, attrs, name):
     return te.compute(x.shape, lambda *i: fn(x[i]), name=name)
 
 
-_register("clip", ELEMWISE, (1, 1), _same_type, _clip_te,
-          lambda arrays, attrs: _cast(np.clip(arrays[0], attrs.get("min"), attrs.get("max")),
-                                      arrays[0].dtype))
+def _np_clip(x, lo, hi):
+    # max then min, as ONNX orders them: a min above the max gives the max everywhere.
+    if lo is not None:
+        x = np.maximum(x, lo)
+    return x if hi is None else np.minimum(x, hi)
+
+
+register_op("clip", ELEMWISE, (1, 1), same_type, _clip_te,
+            lambda arrays, attrs: cast_result(
+                _np_clip(arrays[0], attrs.get("min"), attrs.get("max")), arrays[0].dtype))
 
 
 def _cast_infer(types, attrs):
@@ -213,21 +225,21 @@ def _cast_te(args, attrs, name):
     return te.compute(x.shape, lambda *i: te.cast(attrs["dtype"], x[i]), name=name)
 
 
-_register("cast", ELEMWISE, (1, 1), _cast_infer, _cast_te,
-          lambda arrays, attrs: _cast(arrays[0], attrs["dtype"]))
+register_op("cast", ELEMWISE, (1, 1), _cast_infer, _cast_te,
+            lambda arrays, attrs: cast_result(arrays[0], attrs["dtype"]))
 
 
 def _activation(name, te_fn, ref_fn, *attr_names):
     """A float unary operator whose attributes (alpha, beta) go to the library functions."""
     def infer(types, attrs):
-        _check(types[0].dtype.startswith("float"), name,
+        check_op(types[0].dtype.startswith("float"), name,
                f"needs a float input, got {types[0].dtype}")
         return types[0]
 
     def params(attrs):
         return {k: attrs[k] for k in attr_names if k in attrs}
 
-    _register(name, ELEMWISE, (1, 1), infer,
+    register_op(name, ELEMWISE, (1, 1), infer,
               lambda args, attrs, n: te_fn(args[0], **params(attrs), name=n),
               lambda arrays, attrs: ref_fn(arrays[0], **params(attrs)))
 
@@ -241,15 +253,15 @@ _activation("hard_swish", ops.te_hard_swish, ops.ref_hard_swish)
 
 
 def _prelu_infer(types, attrs):
-    out = _binary_infer("prelu")(types, attrs)
-    _check(out.shape == types[0].shape, "prelu", f"slope of shape {types[1].shape} does not "
+    out = binary_infer("prelu")(types, attrs)
+    check_op(out.shape == types[0].shape, "prelu", f"slope of shape {types[1].shape} does not "
            f"broadcast to the data's shape {types[0].shape}")
     return out
 
 
-_register("prelu", BROADCAST, (2, 2), _prelu_infer,
-          lambda args, attrs, name: ops.te_prelu(args[0], args[1], name=name),
-          lambda arrays, attrs: ops.ref_prelu(arrays[0], arrays[1]))
+register_op("prelu", BROADCAST, (2, 2), _prelu_infer,
+            lambda args, attrs, name: ops.te_prelu(args[0], args[1], name=name),
+            lambda arrays, attrs: ops.ref_prelu(arrays[0], arrays[1]))
 
 
 def _bool_result(infer):
@@ -259,7 +271,7 @@ def _bool_result(infer):
 
 
 for _name in ops.COMPARISONS:
-    _register(_name, BROADCAST, (2, 2), _bool_result(_binary_infer(_name)),
+    register_op(_name, BROADCAST, (2, 2), _bool_result(binary_infer(_name)),
               lambda args, attrs, name, op=_name: ops.te_compare(op, args[0], args[1],
                                                                  name=name),
               lambda arrays, attrs, op=_name: ops.ref_compare(op, arrays[0], arrays[1]))
@@ -267,27 +279,27 @@ for _name in ops.COMPARISONS:
 
 def _logic_infer(op):
     def infer(types, attrs):
-        _check(all(t.dtype == "bool" for t in types), op,
+        check_op(all(t.dtype == "bool" for t in types), op,
                f"needs bool operands, got {', '.join(t.dtype for t in types)}")
-        return _binary_infer(op)(types, attrs) if len(types) == 2 else types[0]
+        return binary_infer(op)(types, attrs) if len(types) == 2 else types[0]
     return infer
 
 
 for _name in ops.LOGIC:
-    _register(_name, BROADCAST, (2, 2), _logic_infer(_name),
+    register_op(_name, BROADCAST, (2, 2), _logic_infer(_name),
               lambda args, attrs, name, op=_name: ops.te_logical(op, args[0], args[1],
                                                                  name=name),
               lambda arrays, attrs, op=_name: ops.ref_logical(op, arrays[0], arrays[1]))
-_register("logical_not", ELEMWISE, (1, 1), _logic_infer("logical_not"),
-          lambda args, attrs, name: ops.te_logical_not(args[0], name=name),
-          lambda arrays, attrs: ops.ref_logical_not(arrays[0]))
+register_op("logical_not", ELEMWISE, (1, 1), _logic_infer("logical_not"),
+            lambda args, attrs, name: ops.te_logical_not(args[0], name=name),
+            lambda arrays, attrs: ops.ref_logical_not(arrays[0]))
 
 
 def _where_infer(types, attrs):
     cond, a, b = types
-    _check(cond.dtype == "bool", "where", f"the condition must be bool, got {cond.dtype}")
-    _check(a.dtype == b.dtype, "where", f"value dtypes differ: {a.dtype} vs {b.dtype}")
-    _check(all(0 not in t.shape for t in types), "where", "empty operands are not supported")
+    check_op(cond.dtype == "bool", "where", f"the condition must be bool, got {cond.dtype}")
+    check_op(a.dtype == b.dtype, "where", f"value dtypes differ: {a.dtype} vs {b.dtype}")
+    check_op(all(0 not in t.shape for t in types), "where", "empty operands are not supported")
     try:
         shape = broadcast_shape(broadcast_shape(cond.shape, a.shape, "where"), b.shape,
                                 "where")
@@ -296,9 +308,9 @@ def _where_infer(types, attrs):
     return TensorType(shape, a.dtype)
 
 
-_register("where", BROADCAST, (3, 3), _where_infer,
-          lambda args, attrs, name: ops.te_where(*args, name=name),
-          lambda arrays, attrs: contiguous(ops.ref_where(*arrays)))
+register_op("where", BROADCAST, (3, 3), _where_infer,
+            lambda args, attrs, name: ops.te_where(*args, name=name),
+            lambda arrays, attrs: contiguous(ops.ref_where(*arrays)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,18 +320,18 @@ _register("where", BROADCAST, (3, 3), _where_infer,
 def _conv_infer(types, attrs):
     op = "conv2d"
     data, weight = types
-    _check(len(data.shape) == 4 and len(weight.shape) == 4, op,
+    check_op(len(data.shape) == 4 and len(weight.shape) == 4, op,
            f"data and weight must be rank 4 (NCHW, OIHW), got {data.shape} and {weight.shape}")
     n, c, h, w = data.shape
     k, cg, r, s = weight.shape
     groups = attrs.get("groups", 1)
-    _check(c % groups == 0 and cg * groups == c, op,
+    check_op(c % groups == 0 and cg * groups == c, op,
            f"weight {weight.shape} does not match {c} input channels in {groups} group(s)")
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
     pt, pl, pb, pr = attrs["pads"]
     oh = (h + pt + pb - dh * (r - 1) - 1) // sh + 1
     ow = (w + pl + pr - dw * (s - 1) - 1) // sw + 1
-    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
+    check_op(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
     return TensorType((n, k, oh, ow), data.dtype)
 
 
@@ -333,32 +345,32 @@ def _conv_numpy(arrays, attrs):
                                attrs["dilations"], attrs.get("groups", 1))
 
 
-_register("conv2d", COMPUTE, (2, 2), _conv_infer, _conv_te, _conv_numpy)
+register_op("conv2d", COMPUTE, (2, 2), _conv_infer, _conv_te, _conv_numpy)
 
 
 def _conv_transpose_infer(types, attrs):
     op = "conv2d_transpose"
     data, weight = types
-    _check(len(data.shape) == 4 and len(weight.shape) == 4, op,
+    check_op(len(data.shape) == 4 and len(weight.shape) == 4, op,
            f"data and weight must be rank 4 (NCHW, CKHW), got {data.shape} and {weight.shape}")
-    _check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
+    check_op(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
     n, c, h, w = data.shape
     cw, k, r, s = weight.shape
-    _check(cw == c, op, f"weight {weight.shape} does not match {c} input channels")
+    check_op(cw == c, op, f"weight {weight.shape} does not match {c} input channels")
     (sh, sw), (oph, opw) = attrs["strides"], attrs["output_padding"]
     pt, pl, pb, pr = attrs["pads"]
     oh = (h - 1) * sh - pt - pb + r + oph
     ow = (w - 1) * sw - pl - pr + s + opw
-    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
+    check_op(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
     return TensorType((n, k, oh, ow), data.dtype)
 
 
-_register("conv2d_transpose", COMPUTE, (2, 2), _conv_transpose_infer,
-          lambda args, attrs, name: ops.te_conv2d_transpose_nchw(
-              args[0], args[1], attrs["strides"], attrs["pads"], attrs["output_padding"],
-              name=name),
-          lambda arrays, attrs: ops.ref_conv2d_transpose_nchw(
-              arrays[0], arrays[1], attrs["strides"], attrs["pads"], attrs["output_padding"]))
+register_op("conv2d_transpose", COMPUTE, (2, 2), _conv_transpose_infer,
+            lambda args, attrs, name: ops.te_conv2d_transpose_nchw(
+                args[0], args[1], attrs["strides"], attrs["pads"], attrs["output_padding"],
+                name=name),
+            lambda arrays, attrs: ops.ref_conv2d_transpose_nchw(
+                arrays[0], arrays[1], attrs["strides"], attrs["pads"], attrs["output_padding"]))
 
 
 def _winograd_rows_infer(types, attrs):
@@ -366,13 +378,13 @@ def _winograd_rows_infer(types, attrs):
     data, bt = types
     m = attrs["tile"]
     a = m + 2
-    _check(len(data.shape) == 4, op, f"data must be NCHW, got {data.shape}")
-    _check(bt.shape == (a, a) and bt.dtype == data.dtype, op,
+    check_op(len(data.shape) == 4, op, f"data must be NCHW, got {data.shape}")
+    check_op(bt.shape == (a, a) and bt.dtype == data.dtype, op,
            f"Bt must be {data.dtype} {(a, a)} for F({m}, 3), got {bt.dtype} {bt.shape}")
     n, c, h, w = data.shape
     pt, pl, pb, pr = attrs["pads"]
     oh, ow = h + pt + pb - 2, w + pl + pr - 2
-    _check(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
+    check_op(oh > 0 and ow > 0, op, f"output size {(oh, ow)} is not positive")
     th, tw, _ = ops.winograd_tiles(n, oh, ow, m)
     return TensorType((a, n, c, th, tw * m + 2), data.dtype)
 
@@ -382,9 +394,9 @@ def _winograd_cols_infer(types, attrs):
     rows, bt = types
     m = attrs["tile"]
     a = m + 2
-    _check(len(rows.shape) == 5 and rows.shape[0] == a and (rows.shape[4] - 2) % m == 0, op,
+    check_op(len(rows.shape) == 5 and rows.shape[0] == a and (rows.shape[4] - 2) % m == 0, op,
            f"T must be ({a}, N, C, th, tw * {m} + 2), got {rows.shape}")
-    _check(bt.shape == (a, a) and bt.dtype == rows.dtype, op,
+    check_op(bt.shape == (a, a) and bt.dtype == rows.dtype, op,
            f"Bt must be {rows.dtype} {(a, a)} for F({m}, 3), got {bt.dtype} {bt.shape}")
     _, n, c, th, width = rows.shape
     return TensorType((a * a, n * th * ((width - 2) // m), c), rows.dtype)
@@ -395,9 +407,9 @@ def _winograd_output_rows_infer(types, attrs):
     mm, at = types
     m = attrs["tile"]
     a = m + 2
-    _check(len(mm.shape) == 3 and mm.shape[0] == a * a, op,
+    check_op(len(mm.shape) == 3 and mm.shape[0] == a * a, op,
            f"M must be ({a * a}, P, K) for F({m}, 3), got {mm.shape}")
-    _check(at.shape == (m, a) and at.dtype == mm.dtype, op,
+    check_op(at.shape == (m, a) and at.dtype == mm.dtype, op,
            f"At must be {mm.dtype} {(m, a)} for F({m}, 3), got {at.dtype} {at.shape}")
     return TensorType((m, a, mm.shape[2], mm.shape[1]), mm.dtype)
 
@@ -409,10 +421,10 @@ def _winograd_output_cols_infer(types, attrs):
     a = m + 2
     n, oh, ow = attrs["batch"], attrs["height"], attrs["width"]
     tiles = ops.winograd_tiles(n, oh, ow, m)[2]
-    _check(len(rows.shape) == 4 and rows.shape[:2] == (m, a) and rows.shape[3] == tiles, op,
+    check_op(len(rows.shape) == 4 and rows.shape[:2] == (m, a) and rows.shape[3] == tiles, op,
            f"S must be ({m}, {a}, K, {tiles}) for {n} x {oh} x {ow} outputs, "
            f"got {rows.shape}")
-    _check(at.shape == (m, a) and at.dtype == rows.dtype, op,
+    check_op(at.shape == (m, a) and at.dtype == rows.dtype, op,
            f"At must be {rows.dtype} {(m, a)} for F({m}, 3), got {at.dtype} {at.shape}")
     return TensorType((n, rows.shape[2], oh, ow), rows.dtype)
 
@@ -427,7 +439,7 @@ def _winograd_half(op: str, infer, keys: tuple[str, ...]) -> None:
     """Register a Winograd half: the library's ``te_<op>`` and ``ref_<op>`` over the data and
     the transform matrix, with the attributes ``keys`` as their further arguments."""
     te_fn, ref_fn = getattr(ops, f"te_{op}"), getattr(ops, f"ref_{op}")
-    _register(op, REDUCTION, (2, 2), infer,
+    register_op(op, REDUCTION, (2, 2), infer,
               lambda args, attrs, name: te_fn(args[0], args[1], *(attrs[k] for k in keys),
                                               name=name),
               lambda arrays, attrs: ref_fn(arrays[0], arrays[1], *(attrs[k] for k in keys)))
@@ -442,7 +454,7 @@ _winograd_half("winograd_output_cols", _winograd_output_cols_infer, _OUTPUT_COLS
 
 def _winograd_rows_nchwc_infer(types, attrs):
     data, bt = types
-    _check(len(data.shape) == 5, "winograd_input_rows_nchwc",
+    check_op(len(data.shape) == 5, "winograd_input_rows_nchwc",
            f"data must be NCHW[b]c (rank 5), got {data.shape}")
     n, cb, h, w, b = data.shape
     a, _, _, th, width = _winograd_rows_infer(
@@ -452,7 +464,7 @@ def _winograd_rows_nchwc_infer(types, attrs):
 
 def _winograd_cols_nchwc_infer(types, attrs):
     rows, bt = types
-    _check(len(rows.shape) == 6, "winograd_input_cols_nchwc",
+    check_op(len(rows.shape) == 6, "winograd_input_cols_nchwc",
            f"T must be (m+2, N, C/b, th, tw * m + 2, b), got {rows.shape}")
     a, n, cb, th, width, b = rows.shape
     return _winograd_cols_infer([TensorType((a, n, cb * b, th, width), rows.dtype), bt], attrs)
@@ -466,12 +478,12 @@ def _winograd_output_rows_nchwc_infer(types, attrs):
 def _winograd_output_cols_nchwc_infer(types, attrs):
     op = "winograd_output_cols_nchwc"
     rows, at = types
-    _check(len(rows.shape) == 4, op, f"S must be (m, m+2, P, K), got {rows.shape}")
+    check_op(len(rows.shape) == 4, op, f"S must be (m, m+2, P, K), got {rows.shape}")
     m, a, p, k = rows.shape
     n, _, oh, ow = _winograd_output_cols_infer(
         [TensorType((m, a, k, p), rows.dtype), at], attrs).shape
     block = attrs["block"]
-    _check(block >= 1 and k % block == 0, op,
+    check_op(block >= 1 and k % block == 0, op,
            f"{k} channels are not a multiple of the block {block}")
     return TensorType((n, k // block, oh, ow, block), rows.dtype)
 
@@ -491,7 +503,7 @@ def _nchwc_infer(op, library_shape):
     shapes (``tensor_ir.ops.layout``), its error raised as a GraphError."""
     def infer(types, attrs):
         data, weight = types
-        _check(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
+        check_op(data.dtype == weight.dtype, op, f"dtypes differ: {data.dtype} vs {weight.dtype}")
         try:
             shape = library_shape(data.shape, weight.shape, *_conv_nchwc_attrs(attrs))
         except TEError as err:
@@ -506,59 +518,59 @@ def _conv_nchwc_attrs(attrs):
 
 # Convolutions in the blocked channel layout (see tensor_ir.ops.layout); the pass
 # ``blocked_layout`` puts them in place of NCHW convolutions with their weights laid out once.
-_register("conv2d_nchwc", COMPUTE, (2, 2),
-          _nchwc_infer("conv2d_nchwc", ops.conv2d_nchwc_shape),
-          lambda args, attrs, name: ops.te_conv2d_nchwc(args[0], args[1],
+register_op("conv2d_nchwc", COMPUTE, (2, 2),
+            _nchwc_infer("conv2d_nchwc", ops.conv2d_nchwc_shape),
+            lambda args, attrs, name: ops.te_conv2d_nchwc(args[0], args[1],
                                                         *_conv_nchwc_attrs(attrs), name=name),
-          lambda arrays, attrs: ops.ref_conv2d_nchwc(arrays[0], arrays[1],
+            lambda arrays, attrs: ops.ref_conv2d_nchwc(arrays[0], arrays[1],
                                                      *_conv_nchwc_attrs(attrs)))
-_register("depthwise_conv2d_nchwc", COMPUTE, (2, 2),
-          _nchwc_infer("depthwise_conv2d_nchwc", ops.depthwise_conv2d_nchwc_shape),
-          lambda args, attrs, name: ops.te_depthwise_conv2d_nchwc(
-              args[0], args[1], *_conv_nchwc_attrs(attrs), name=name),
-          lambda arrays, attrs: ops.ref_depthwise_conv2d_nchwc(arrays[0], arrays[1],
+register_op("depthwise_conv2d_nchwc", COMPUTE, (2, 2),
+            _nchwc_infer("depthwise_conv2d_nchwc", ops.depthwise_conv2d_nchwc_shape),
+            lambda args, attrs, name: ops.te_depthwise_conv2d_nchwc(
+                args[0], args[1], *_conv_nchwc_attrs(attrs), name=name),
+            lambda arrays, attrs: ops.ref_depthwise_conv2d_nchwc(arrays[0], arrays[1],
                                                                *_conv_nchwc_attrs(attrs)))
 
 
 def _to_blocked_infer(types, attrs):
     op = "layout_to_blocked"
     data, block = types[0], attrs["block"]
-    _check(len(data.shape) == 4, op, f"data must be NCHW, got {data.shape}")
+    check_op(len(data.shape) == 4, op, f"data must be NCHW, got {data.shape}")
     n, c, h, w = data.shape
-    _check(block >= 1 and c % block == 0, op,
+    check_op(block >= 1 and c % block == 0, op,
            f"{c} channels are not a multiple of the block {block}")
     return TensorType((n, c // block, h, w, block), data.dtype)
 
 
 def _from_blocked_infer(types, attrs):
     data = types[0]
-    _check(len(data.shape) == 5, "layout_from_blocked",
+    check_op(len(data.shape) == 5, "layout_from_blocked",
            f"data must be NCHW[b]c (rank 5), got {data.shape}")
     n, co, h, w, b = data.shape
     return TensorType((n, co * b, h, w), data.dtype)
 
 
-_register("layout_to_blocked", INJECTIVE, (1, 1), _to_blocked_infer,
-          lambda args, attrs, name: ops.te_layout_to_blocked(args[0], attrs["block"],
+register_op("layout_to_blocked", INJECTIVE, (1, 1), _to_blocked_infer,
+            lambda args, attrs, name: ops.te_layout_to_blocked(args[0], attrs["block"],
                                                              name=name),
-          lambda arrays, attrs: ops.ref_layout_to_blocked(arrays[0], attrs["block"]))
-_register("layout_from_blocked", INJECTIVE, (1, 1), _from_blocked_infer,
-          lambda args, attrs, name: ops.te_layout_from_blocked(args[0], name=name),
-          lambda arrays, attrs: ops.ref_layout_from_blocked(arrays[0]))
+            lambda arrays, attrs: ops.ref_layout_to_blocked(arrays[0], attrs["block"]))
+register_op("layout_from_blocked", INJECTIVE, (1, 1), _from_blocked_infer,
+            lambda args, attrs, name: ops.te_layout_from_blocked(args[0], name=name),
+            lambda arrays, attrs: ops.ref_layout_from_blocked(arrays[0]))
 
 
 def _matmul_dims(types, attrs):
     op = "matmul"
     a, b = types
-    _check(len(a.shape) >= 2 and len(b.shape) >= 2, op,
+    check_op(len(a.shape) >= 2 and len(b.shape) >= 2, op,
            f"operands must have rank >= 2, got {a.shape} and {b.shape}")
-    _check(a.dtype == b.dtype, op, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
+    check_op(a.dtype == b.dtype, op, f"operand dtypes differ: {a.dtype} vs {b.dtype}")
     m, ka = a.shape[-2:]
     if attrs.get("transpose_b", False):
         n, kb = b.shape[-2:]
     else:
         kb, n = b.shape[-2:]
-    _check(ka == kb, op, f"reduction extents differ: {a.shape} @ {b.shape} "
+    check_op(ka == kb, op, f"reduction extents differ: {a.shape} @ {b.shape} "
            f"(transpose_b={attrs.get('transpose_b', False)})")
     try:
         batch = broadcast_shape(a.shape[:-2], b.shape[:-2], op)
@@ -600,10 +612,10 @@ def _matmul_numpy(arrays, attrs):
     a, b = arrays
     if attrs.get("transpose_b", False):
         b = np.swapaxes(b, -1, -2)
-    return _cast(np.matmul(a.astype(np.float64), b.astype(np.float64)), a.dtype)
+    return cast_result(np.matmul(a.astype(np.float64), b.astype(np.float64)), a.dtype)
 
 
-_register("matmul", COMPUTE, (2, 2), _matmul_infer, _matmul_te, _matmul_numpy)
+register_op("matmul", COMPUTE, (2, 2), _matmul_infer, _matmul_te, _matmul_numpy)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -612,20 +624,20 @@ _register("matmul", COMPUTE, (2, 2), _matmul_infer, _matmul_te, _matmul_numpy)
 
 def _pool_infer(types, attrs):
     x = types[0]
-    _check(len(x.shape) == 4, "pool2d", f"data must be NCHW, got {x.shape}")
+    check_op(len(x.shape) == 4, "pool2d", f"data must be NCHW, got {x.shape}")
     n, c, h, w = x.shape
     (kh, kw), (sh, sw) = attrs["kernel"], attrs["strides"]
     pt, pl, pb, pr = attrs["pads"]
     oh = (h + pt + pb - kh) // sh + 1
     ow = (w + pl + pr - kw) // sw + 1
-    _check(oh > 0 and ow > 0, "pool2d", f"output size {(oh, ow)} is not positive")
+    check_op(oh > 0 and ow > 0, "pool2d", f"output size {(oh, ow)} is not positive")
     return TensorType((n, c, oh, ow), x.dtype)
 
 
 def _max_pool(op: str, infer) -> None:
     """Register a max pooling: the library's ``te_<op>`` and ``ref_<op>``."""
     te_fn, ref_fn = getattr(ops, f"te_{op}"), getattr(ops, f"ref_{op}")
-    _register(op, REDUCTION, (1, 1), infer,
+    register_op(op, REDUCTION, (1, 1), infer,
               lambda args, attrs, name: te_fn(args[0], attrs["kernel"], attrs["strides"],
                                               attrs["pads"], name=name),
               lambda arrays, attrs: ref_fn(arrays[0], attrs["kernel"], attrs["strides"],
@@ -633,18 +645,18 @@ def _max_pool(op: str, infer) -> None:
 
 
 _max_pool("max_pool2d", _pool_infer)
-_register("avg_pool2d", REDUCTION, (1, 1), _pool_infer,
-          lambda args, attrs, name: ops.te_avg_pool2d(
-              args[0], attrs["kernel"], attrs["strides"], attrs["pads"],
-              attrs.get("count_include_pad", False), name=name),
-          lambda arrays, attrs: ops.ref_avg_pool2d(
-              arrays[0], attrs["kernel"], attrs["strides"], attrs["pads"],
-              attrs.get("count_include_pad", False)))
+register_op("avg_pool2d", REDUCTION, (1, 1), _pool_infer,
+            lambda args, attrs, name: ops.te_avg_pool2d(
+                args[0], attrs["kernel"], attrs["strides"], attrs["pads"],
+                attrs.get("count_include_pad", False), name=name),
+            lambda arrays, attrs: ops.ref_avg_pool2d(
+                arrays[0], attrs["kernel"], attrs["strides"], attrs["pads"],
+                attrs.get("count_include_pad", False)))
 
 
 def _pool_nchwc_infer(types, attrs):
     x = types[0]
-    _check(len(x.shape) == 5, "max_pool2d_nchwc", f"data must be NCHW[b]c, got {x.shape}")
+    check_op(len(x.shape) == 5, "max_pool2d_nchwc", f"data must be NCHW[b]c, got {x.shape}")
     n, cb, h, w, b = x.shape
     _, _, oh, ow = _pool_infer([TensorType((n, cb * b, h, w), x.dtype)], attrs).shape
     return TensorType((n, cb, oh, ow, b), x.dtype)
@@ -657,18 +669,18 @@ _max_pool("max_pool2d_nchwc", _pool_nchwc_infer)
 
 def _gap_infer(types, attrs):
     x = types[0]
-    _check(len(x.shape) == 4, "global_avg_pool2d", f"data must be NCHW, got {x.shape}")
+    check_op(len(x.shape) == 4, "global_avg_pool2d", f"data must be NCHW, got {x.shape}")
     return TensorType(x.shape[:2] + (1, 1), x.dtype)
 
 
-_register("global_avg_pool2d", REDUCTION, (1, 1), _gap_infer,
-          lambda args, attrs, name: ops.te_global_avg_pool2d(args[0], name=name),
-          lambda arrays, attrs: ops.ref_global_avg_pool2d(arrays[0]))
+register_op("global_avg_pool2d", REDUCTION, (1, 1), _gap_infer,
+            lambda args, attrs, name: ops.te_global_avg_pool2d(args[0], name=name),
+            lambda arrays, attrs: ops.ref_global_avg_pool2d(arrays[0]))
 
 
 def _axis(attrs, ndim, op, key="axis"):
     axis = attrs.get(key, -1)
-    _check(-ndim <= axis < ndim, op, f"axis {axis} is out of range for rank {ndim}")
+    check_op(-ndim <= axis < ndim, op, f"axis {axis} is out of range for rank {ndim}")
     return axis % ndim
 
 
@@ -677,9 +689,9 @@ def _softmax_infer(types, attrs):
     return types[0]
 
 
-_register("softmax", REDUCTION, (1, 1), _softmax_infer,
-          lambda args, attrs, name: ops.te_softmax(args[0], attrs.get("axis", -1), name=name),
-          lambda arrays, attrs: ops.ref_softmax(arrays[0], attrs.get("axis", -1)))
+register_op("softmax", REDUCTION, (1, 1), _softmax_infer,
+            lambda args, attrs, name: ops.te_softmax(args[0], attrs.get("axis", -1), name=name),
+            lambda arrays, attrs: ops.ref_softmax(arrays[0], attrs.get("axis", -1)))
 
 
 def _norm_axes(attrs, ndim):
@@ -692,7 +704,7 @@ def _layer_norm_infer(types, attrs):
     axes = _norm_axes(attrs, len(x.shape))
     norm_shape = tuple(x.shape[a] for a in axes)
     for t in types[1:]:
-        _check(t.shape == norm_shape, "layer_norm", f"scale/bias must have shape {norm_shape}, "
+        check_op(t.shape == norm_shape, "layer_norm", f"scale/bias must have shape {norm_shape}, "
                f"got {t.shape}")
     return x
 
@@ -711,25 +723,25 @@ def _layer_norm_numpy(arrays, attrs):
                               epsilon=attrs.get("epsilon", 1e-5))
 
 
-_register("layer_norm", REDUCTION, (1, 3), _layer_norm_infer, _layer_norm_te,
-          _layer_norm_numpy)
+register_op("layer_norm", REDUCTION, (1, 3), _layer_norm_infer, _layer_norm_te,
+            _layer_norm_numpy)
 
 
 def _batch_norm_infer(types, attrs):
     x = types[0]
-    _check(len(x.shape) >= 2, "batch_norm", f"data must have rank >= 2, got {x.shape}")
+    check_op(len(x.shape) >= 2, "batch_norm", f"data must have rank >= 2, got {x.shape}")
     for t in types[1:]:
-        _check(t.shape == (x.shape[1],), "batch_norm",
+        check_op(t.shape == (x.shape[1],), "batch_norm",
                f"parameters must have shape ({x.shape[1]},), got {t.shape}")
     return x
 
 
 # Inputs in ONNX order: data, scale (gamma), bias (beta), mean, var.
-_register("batch_norm", BROADCAST, (5, 5), _batch_norm_infer,
-          lambda args, attrs, name: ops.te_batch_norm(args[0], args[3], args[4], args[1],
+register_op("batch_norm", BROADCAST, (5, 5), _batch_norm_infer,
+            lambda args, attrs, name: ops.te_batch_norm(args[0], args[3], args[4], args[1],
                                                       args[2], 1, attrs.get("epsilon", 1e-5),
                                                       name=name),
-          lambda arrays, attrs: ops.ref_batch_norm(arrays[0], arrays[3], arrays[4], arrays[1],
+            lambda arrays, attrs: ops.ref_batch_norm(arrays[0], arrays[3], arrays[4], arrays[1],
                                                    arrays[2], 1, attrs.get("epsilon", 1e-5)))
 
 
@@ -738,7 +750,7 @@ def _reduce_axes(attrs, ndim, op):
     if axes is None:
         return tuple(range(ndim))
     for a in axes:
-        _check(-ndim <= a < ndim, op, f"axis {a} is out of range for rank {ndim}")
+        check_op(-ndim <= a < ndim, op, f"axis {a} is out of range for rank {ndim}")
     return tuple(sorted({a % ndim for a in axes}))
 
 
@@ -772,9 +784,22 @@ for _name, _te_fn, _np_fn in (("reduce_mean", ops.te_mean, np.mean),
 
         def run(arrays, attrs):
             x = arrays[0]
-            return _cast(np_fn(x.astype(np.float64), axis=_reduce_axes(attrs, x.ndim, op),
-                               keepdims=attrs.get("keepdims", True)), x.dtype)
-        _register(op, REDUCTION, (1, 1), _reduce_infer(op), build, run)
+            axes = _reduce_axes(attrs, x.ndim, op)
+            keepdims = attrs.get("keepdims", True)
+            if x.size == 0 and op in ("reduce_max", "reduce_min"):
+                # A max (min) over nothing is the lowest (highest) value of the type, as
+                # ONNX defines it: numpy has no identity for them.
+                low = op == "reduce_max"
+                if x.dtype.kind == "f":
+                    fill = -np.inf if low else np.inf
+                elif x.dtype == bool:
+                    fill = not low
+                else:
+                    fill = np.iinfo(x.dtype).min if low else np.iinfo(x.dtype).max
+                shape = _reduce_infer(op)([TensorType.of(x)], attrs).shape
+                return np.full(shape, fill, dtype=x.dtype)
+            return cast_result(np_fn(x.astype(np.float64), axis=axes, keepdims=keepdims), x.dtype)
+        register_op(op, REDUCTION, (1, 1), _reduce_infer(op), build, run)
     _make()
 
 
@@ -792,7 +817,7 @@ def _arg_infer(op):
 
 for _name, _te_fn, _np_fn in (("argmax", ops.te_argmax, ops.ref_argmax),
                               ("argmin", ops.te_argmin, ops.ref_argmin)):
-    _register(_name, REDUCTION, (1, 1), _arg_infer(_name),
+    register_op(_name, REDUCTION, (1, 1), _arg_infer(_name),
               lambda args, attrs, name, fn=_te_fn: fn(
                   args[0], attrs.get("axis", -1), attrs.get("keepdims", True),
                   attrs.get("select_last_index", False), name=name),
@@ -803,23 +828,23 @@ for _name, _te_fn, _np_fn in (("argmax", ops.te_argmax, ops.ref_argmax),
 
 def _group_norm_infer(types, attrs):
     x = types[0]
-    _check(len(x.shape) >= 3, "group_norm", f"data must have rank >= 3 (N, C, spatial...), "
+    check_op(len(x.shape) >= 3, "group_norm", f"data must have rank >= 3 (N, C, spatial...), "
            f"got {x.shape}")
-    _check(x.dtype.startswith("float"), "group_norm", f"needs a float input, got {x.dtype}")
+    check_op(x.dtype.startswith("float"), "group_norm", f"needs a float input, got {x.dtype}")
     groups = attrs["groups"]
-    _check(groups >= 1 and x.shape[1] % groups == 0, "group_norm",
+    check_op(groups >= 1 and x.shape[1] % groups == 0, "group_norm",
            f"{x.shape[1]} channels do not split into {groups} groups")
     for t in types[1:]:
-        _check(t.shape == (x.shape[1],) and t.dtype == x.dtype, "group_norm",
+        check_op(t.shape == (x.shape[1],) and t.dtype == x.dtype, "group_norm",
                f"scale/bias must be {x.dtype} of shape ({x.shape[1]},), got {t}")
     return x
 
 
 # Inputs in ONNX order: data, scale, bias; instance norm is the groups == channels case.
-_register("group_norm", REDUCTION, (3, 3), _group_norm_infer,
-          lambda args, attrs, name: ops.te_group_norm(*args, attrs["groups"],
+register_op("group_norm", REDUCTION, (3, 3), _group_norm_infer,
+            lambda args, attrs, name: ops.te_group_norm(*args, attrs["groups"],
                                                       attrs.get("epsilon", 1e-5), name=name),
-          lambda arrays, attrs: ops.ref_group_norm(*arrays, attrs["groups"],
+            lambda arrays, attrs: ops.ref_group_norm(*arrays, attrs["groups"],
                                                    attrs.get("epsilon", 1e-5)))
 
 
@@ -830,47 +855,47 @@ _register("group_norm", REDUCTION, (3, 3), _group_norm_infer,
 def _reshape_infer(types, attrs):
     x = types[0]
     shape = tuple(attrs["shape"])
-    _check(math.prod(shape) == math.prod(x.shape), "reshape",
+    check_op(math.prod(shape) == math.prod(x.shape), "reshape",
            f"cannot reshape {x.shape} into {shape}")
     return TensorType(shape, x.dtype)
 
 
-_register("reshape", VIEW, (1, 1), _reshape_infer,
-          lambda args, attrs, name: ops.te_reshape(args[0], attrs["shape"], name=name),
-          lambda arrays, attrs: contiguous(arrays[0].reshape(attrs["shape"])))
-_register("identity", VIEW, (1, 1), _same_type,
-          lambda args, attrs, name: te.compute(args[0].shape, lambda *i: args[0][i],
+register_op("reshape", VIEW, (1, 1), _reshape_infer,
+            lambda args, attrs, name: ops.te_reshape(args[0], attrs["shape"], name=name),
+            lambda arrays, attrs: contiguous(arrays[0].reshape(attrs["shape"])))
+register_op("identity", VIEW, (1, 1), same_type,
+            lambda args, attrs, name: te.compute(args[0].shape, lambda *i: args[0][i],
                                                name=name),
-          lambda arrays, attrs: arrays[0].copy())
+            lambda arrays, attrs: arrays[0].copy())
 
 
 def _transpose_infer(types, attrs):
     x = types[0]
     perm = tuple(attrs["perm"])
-    _check(sorted(perm) == list(range(len(x.shape))), "transpose",
+    check_op(sorted(perm) == list(range(len(x.shape))), "transpose",
            f"perm {perm} is not a permutation of the {len(x.shape)} axes")
     return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
 
 
-_register("transpose", INJECTIVE, (1, 1), _transpose_infer,
-          lambda args, attrs, name: ops.te_transpose(args[0], list(attrs["perm"]), name=name),
-          lambda arrays, attrs: contiguous(np.transpose(arrays[0], attrs["perm"])))
+register_op("transpose", INJECTIVE, (1, 1), _transpose_infer,
+            lambda args, attrs, name: ops.te_transpose(args[0], list(attrs["perm"]), name=name),
+            lambda arrays, attrs: contiguous(np.transpose(arrays[0], attrs["perm"])))
 
 
 def _pad_infer(types, attrs):
     x = types[0]
     pads = attrs["pads"]
-    _check(len(pads) == len(x.shape), "pad", f"pads {pads} must give (before, after) for each "
+    check_op(len(pads) == len(x.shape), "pad", f"pads {pads} must give (before, after) for each "
            f"of the {len(x.shape)} axes")
-    _check(all(b >= 0 and a >= 0 for b, a in pads), "pad", f"pads {pads} must be "
+    check_op(all(b >= 0 and a >= 0 for b, a in pads), "pad", f"pads {pads} must be "
            f"non-negative (negative pads are crops: use slice)")
     return TensorType(tuple(s + b + a for s, (b, a) in zip(x.shape, pads)), x.dtype)
 
 
-_register("pad", INJECTIVE, (1, 1), _pad_infer,
-          lambda args, attrs, name: ops.te_pad(args[0], [tuple(p) for p in attrs["pads"]],
+register_op("pad", INJECTIVE, (1, 1), _pad_infer,
+            lambda args, attrs, name: ops.te_pad(args[0], [tuple(p) for p in attrs["pads"]],
                                                attrs.get("value", 0.0), name=name),
-          lambda arrays, attrs: np.pad(arrays[0], attrs["pads"],
+            lambda arrays, attrs: np.pad(arrays[0], attrs["pads"],
                                        constant_values=attrs.get("value", 0.0)))
 
 
@@ -878,31 +903,30 @@ def _concat_infer(types, attrs):
     first = types[0]
     axis = _axis(attrs, len(first.shape), "concat")
     for t in types[1:]:
-        _check(len(t.shape) == len(first.shape) and t.dtype == first.dtype and all(
+        check_op(len(t.shape) == len(first.shape) and t.dtype == first.dtype and all(
             d == axis or t.shape[d] == first.shape[d] for d in range(len(t.shape))),
             "concat", f"inputs {first} and {t} do not concatenate along axis {axis}")
     extent = sum(t.shape[axis] for t in types)
     return TensorType(first.shape[:axis] + (extent,) + first.shape[axis + 1:], first.dtype)
 
 
-_register("concat", INJECTIVE, (1, 1 << 16), _concat_infer,
-          lambda args, attrs, name: ops.te_concatenate(list(args), attrs.get("axis", 0),
+register_op("concat", INJECTIVE, (1, 1 << 16), _concat_infer,
+            lambda args, attrs, name: ops.te_concatenate(list(args), attrs.get("axis", 0),
                                                        name=name),
-          lambda arrays, attrs: np.concatenate(arrays, axis=attrs.get("axis", 0)))
+            lambda arrays, attrs: np.concatenate(arrays, axis=attrs.get("axis", 0)))
 
 
 def _slice_infer(types, attrs):
     """attrs: ``begin``, ``end``, ``step`` per axis, already clamped (step > 0)."""
     x = types[0]
     begin, end, step = attrs["begin"], attrs["end"], attrs["step"]
-    _check(len(begin) == len(end) == len(step) == len(x.shape), "slice",
+    check_op(len(begin) == len(end) == len(step) == len(x.shape), "slice",
            f"begin/end/step {begin}/{end}/{step} must give one entry per axis of {x.shape}")
     shape = []
     for b, e, s, n in zip(begin, end, step, x.shape):
-        _check(s >= 1 and 0 <= b and e <= n, "slice",
+        check_op(s >= 1 and 0 <= b and e <= n, "slice",
                f"range {b}:{e}:{s} is not a positive-step range inside extent {n}")
         shape.append(max(0, -(-(e - b) // s)))
-    _check(all(s > 0 for s in shape), "slice", f"slice of {x.shape} is empty: {shape}")
     return TensorType(tuple(shape), x.dtype)
 
 
@@ -926,32 +950,32 @@ def _slice_numpy(arrays, attrs):
     return contiguous(arrays[0][index])
 
 
-_register("slice", INJECTIVE, (1, 1), _slice_infer, _slice_te, _slice_numpy)
+register_op("slice", INJECTIVE, (1, 1), _slice_infer, _slice_te, _slice_numpy)
 
 
 def _tile_infer(types, attrs):
     x = types[0]
     repeats = tuple(attrs["repeats"])
-    _check(len(repeats) == len(x.shape) and all(r >= 1 for r in repeats), "tile",
+    check_op(len(repeats) == len(x.shape) and all(r >= 1 for r in repeats), "tile",
            f"repeats {repeats} must give a positive count for each of the {len(x.shape)} axes")
     return TensorType(tuple(s * r for s, r in zip(x.shape, repeats)), x.dtype)
 
 
-_register("tile", INJECTIVE, (1, 1), _tile_infer,
-          lambda args, attrs, name: ops.te_tile(args[0], tuple(attrs["repeats"]), name=name),
-          lambda arrays, attrs: contiguous(ops.ref_tile(arrays[0], attrs["repeats"])))
+register_op("tile", INJECTIVE, (1, 1), _tile_infer,
+            lambda args, attrs, name: ops.te_tile(args[0], tuple(attrs["repeats"]), name=name),
+            lambda arrays, attrs: contiguous(ops.ref_tile(arrays[0], attrs["repeats"])))
 
 
 def _trilu_infer(types, attrs):
-    _check(len(types[0].shape) >= 2, "trilu", f"needs rank >= 2, got {types[0].shape}")
+    check_op(len(types[0].shape) >= 2, "trilu", f"needs rank >= 2, got {types[0].shape}")
     return types[0]
 
 
 # Elementwise: the output element at an index reads the input at the same index (or is 0).
-_register("trilu", ELEMWISE, (1, 1), _trilu_infer,
-          lambda args, attrs, name: ops.te_trilu(args[0], attrs.get("k", 0),
+register_op("trilu", ELEMWISE, (1, 1), _trilu_infer,
+            lambda args, attrs, name: ops.te_trilu(args[0], attrs.get("k", 0),
                                                  attrs.get("upper", True), name=name),
-          lambda arrays, attrs: contiguous(ops.ref_trilu(arrays[0], attrs.get("k", 0),
+            lambda arrays, attrs: contiguous(ops.ref_trilu(arrays[0], attrs.get("k", 0),
                                                          attrs.get("upper", True))))
 
 
@@ -963,19 +987,20 @@ def _resize_args(attrs):
 def _resize_infer(types, attrs):
     x = types[0]
     size, scales, mode, coordinate, rounding = _resize_args(attrs)
-    _check(len(x.shape) == 4, "resize2d", f"data must be NCHW, got {x.shape}")
-    _check(len(size) == 2 and min(size) >= 1 and len(scales) == 2 and min(scales) > 0,
+    check_op(len(x.shape) == 4, "resize2d", f"data must be NCHW, got {x.shape}")
+    check_op(len(size) == 2 and min(size) >= 1 and len(scales) == 2 and min(scales) > 0,
            "resize2d", f"size {size} and scales {scales} must be two positive values each")
-    _check(mode in ("nearest", "linear"), "resize2d", f"mode {mode!r} is not nearest/linear")
-    _check(coordinate in ops.RESIZE_COORDINATES and rounding in ops.RESIZE_ROUNDING,
+    check_op(mode in ("nearest", "linear"), "resize2d", f"mode {mode!r} is not nearest/linear")
+    check_op(coordinate in ops.RESIZE_COORDINATES and rounding in ops.RESIZE_ROUNDING,
            "resize2d", f"coordinate mode {coordinate!r} / nearest mode {rounding!r} unknown")
-    _check(mode == "nearest" or x.dtype.startswith("float"), "resize2d",
+    check_op(mode == "nearest" or x.dtype.startswith("float"), "resize2d",
            f"linear mode needs a float input, got {x.dtype}")
     return TensorType(x.shape[:2] + size, x.dtype)
 
 
 # attrs: size (OH, OW), scales (the factors of the coordinate transformation), mode,
 # coordinate (ONNX's coordinate_transformation_mode), rounding (ONNX's nearest_mode).
-_register("resize2d", INJECTIVE, (1, 1), _resize_infer,
-          lambda args, attrs, name: ops.te_resize2d(args[0], *_resize_args(attrs), name=name),
-          lambda arrays, attrs: ops.ref_resize2d(arrays[0], *_resize_args(attrs)))
+register_op("resize2d", INJECTIVE, (1, 1), _resize_infer,
+            lambda args, attrs, name: ops.te_resize2d(args[0], *_resize_args(attrs), name=name),
+            lambda arrays, attrs: ops.ref_resize2d(arrays[0], *_resize_args(attrs)))
+

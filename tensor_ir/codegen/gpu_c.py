@@ -123,10 +123,12 @@ _OPENCL_INDEX = {**{a: f"get_group_id({i})" for i, a in enumerate(_BLOCK_AXES)},
 
 _C_TYPES = {
     "cuda": {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",
-             "int64": "long long", "uint8": "unsigned char", "float16": "half",
+             "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
+             "uint32": "unsigned int", "uint64": "unsigned long long", "float16": "half",
              "float32": "float", "float64": "double"},
     "opencl": {"bool": "bool", "int8": "char", "int16": "short", "int32": "int",
-               "int64": "long", "uint8": "uchar", "float16": "half", "float32": "float",
+               "int64": "long", "uint8": "uchar", "uint16": "ushort", "uint32": "uint",
+               "uint64": "ulong", "float16": "half", "float32": "float",
                "float64": "double"},
 }
 

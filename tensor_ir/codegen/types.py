@@ -11,7 +11,8 @@ I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 
-_INT_TYPES = {"int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64, "uint8": I8}
+_INT_TYPES = {"int8": I8, "int16": ir.IntType(16), "int32": I32, "int64": I64, "uint8": I8,
+              "uint16": ir.IntType(16), "uint32": I32, "uint64": I64}
 _FLOAT_TYPES = {"float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType()}
 
 # Contraction into FMA is allowed (as C compilers do by default); reassociation is not, so the

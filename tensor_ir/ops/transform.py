@@ -292,7 +292,8 @@ def ref_trilu(data: np.ndarray, k: int = 0, upper: bool = True) -> np.ndarray:
 
 
 # ONNX's coordinate_transformation_mode values resize2d handles, and its nearest_mode values.
-RESIZE_COORDINATES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
+RESIZE_COORDINATES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners",
+                      "half_pixel_symmetric")
 RESIZE_ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
@@ -303,10 +304,17 @@ def _source_fraction(i: int, n_in: int, n_out: int, scale: Fraction, mode: str
     p, q = scale.numerator, scale.denominator
     if mode == "asymmetric":  # i / scale
         return q, 0, p
-    if mode == "align_corners":  # i * (in - 1) / (out - 1)
-        return (0, 0, 1) if n_out == 1 else (n_in - 1, 0, n_out - 1)
+    if mode == "align_corners":
+        # i * (in - 1) / (in * scale - 1): ONNX's length_resized is in * scale, not the
+        # rounded output size (they differ when a scale does not divide the input).
+        d = n_in * p - q
+        return (0, 0, 1) if n_out == 1 or d <= 0 else ((n_in - 1) * q, 0, d)
     if mode == "pytorch_half_pixel" and n_out == 1:
         return 0, 0, 1
+    if mode == "half_pixel_symmetric":
+        # half_pixel shifted so that the output is centred on the input: by
+        # in / 2 * (1 - out / (in * scale)) = (in p - out q) / (2 p).
+        return 2 * q, q - p + n_in * p - n_out * q, 2 * p
     # half_pixel: (i + 1/2) / scale - 1/2 = ((2 i + 1) q - p) / (2 p)
     return 2 * q, q - p, 2 * p
 

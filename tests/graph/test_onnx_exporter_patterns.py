@@ -309,17 +309,19 @@ def test_gelu_node_both_approximations(approximate):
     _check(g.model("gelu", [2, 33], [2, 33], opset=20), (2, 33))
 
 
-def test_embedding_gather_is_a_typed_error_naming_the_node():
+def test_embedding_gather_of_computed_indices():
     """A full BERT starts with nn.Embedding, exported as Gather(weight, input_ids): a gather
-    from computed indices is not supported and must say which node it is."""
+    kernel reads the rows at the computed indices."""
     g = _Export()
     ids = g.node("Cast", ["x"], to=TensorProto.INT64)
     g.node("Gather", [g.rand("embeddings.word_embeddings.weight", (10, 4)), ids],
            "/embeddings/word_embeddings")
     proto = g.model("embedding", [1, 3], [1, 3, 4])
-    with pytest.raises(UnsupportedOperatorError,
-                       match=r"Gather in node '/embeddings/word_embeddings/Gather'"):
-        load_model(proto)
+    weight = next(numpy_helper.to_array(t) for t in proto.graph.initializer
+                  if t.name == "embeddings.word_embeddings.weight")
+    x = np.array([[0.0, 9.0, 4.0]], np.float32)
+    (got,) = build_model(load_model(proto), TARGET, warn=False).run({"x": x}).values()
+    np.testing.assert_array_equal(got, weight[[[0, 9, 4]]])
 
 
 # ------------------------------------------------------------------------------- outputs
