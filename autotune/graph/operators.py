@@ -115,10 +115,14 @@ def _binary_te(combine, library=None):
             if tensor is a:
                 return te.compute(a.shape, lambda *i: combine(a[i], scalar), name=name)
             return te.compute(b.shape, lambda *i: combine(scalar, b[i]), name=name)
-        shape = broadcast_shape(a.shape, b.shape, name)
-        return te.compute(shape, lambda *i: combine(a[broadcast_index(a, shape, i)],
-                                                    b[broadcast_index(b, shape, i)]), name=name)
+        return broadcast_compute(a, b, broadcast_shape(a.shape, b.shape, name), combine, name)
     return build
+
+
+def broadcast_compute(a: te.Tensor, b: te.Tensor, shape: tuple, combine, name: str):
+    """``combine(a, b)`` element by element over ``shape``, the operands broadcast to it."""
+    return te.compute(shape, lambda *i: combine(a[broadcast_index(a, shape, i)],
+                                                b[broadcast_index(b, shape, i)]), name=name)
 
 
 def broadcast_index(tensor: te.Tensor, shape: tuple, idx: tuple) -> tuple:

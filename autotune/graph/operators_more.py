@@ -20,7 +20,7 @@ import numpy as np
 from tensor_ir import te
 
 from .operators import (
-    BROADCAST, ELEMWISE, INJECTIVE, binary_infer, broadcast_index, cast_result, check_op,
+    BROADCAST, ELEMWISE, INJECTIVE, binary_infer, broadcast_compute, cast_result, check_op,
     register_op, same_type,
 )
 from .types import TensorType, contiguous
@@ -183,9 +183,7 @@ def _mod_te(args, attrs, name):
         # The truncated remainder takes the dividend's sign instead.
         flip = te.all(r != zero, (r < zero) != (x < zero))
         return te.if_then_else(flip, r - y, r)
-    return te.compute(out, lambda *i: combine(a[broadcast_index(a, out, i)],
-                                              b[broadcast_index(b, out, i)]),
-                      name=name)
+    return broadcast_compute(a, b, out, combine, name)
 
 
 def _mod_numpy(arrays, attrs):
@@ -332,9 +330,7 @@ def _int_divide_te(args, attrs, name):
         q = x // y
         return te.if_then_else(te.all(x % y != zero, (x < zero) != (y < zero)),
                                q + te.const(1, dtype), q)
-    return te.compute(out, lambda *i: combine(a[broadcast_index(a, out, i)],
-                                              b[broadcast_index(b, out, i)]),
-                      name=name)
+    return broadcast_compute(a, b, out, combine, name)
 
 
 def _int_divide_numpy(arrays, attrs):
@@ -716,9 +712,7 @@ def _bitwise_te(op):
                     _weight(k, bits, dtype)
                 total = term if total is None else total + term
             return total
-        return te.compute(out, lambda *i: value(a[broadcast_index(a, out, i)],
-                                                b[broadcast_index(b, out, i)]),
-                          name=name)
+        return broadcast_compute(a, b, out, value, name)
     return build
 
 
@@ -771,9 +765,7 @@ def _bitshift_te(args, attrs, name):
         sign = te.if_then_else(x < zero, te.const(-1, dtype), zero)
         inside = te.all(y >= zero, y < te.const(bits - 1, dtype))
         return te.if_then_else(inside, te.floordiv(x, factor), sign)
-    return te.compute(out, lambda *i: shift(a[broadcast_index(a, out, i)],
-                                            b[broadcast_index(b, out, i)]),
-                      name=name)
+    return broadcast_compute(a, b, out, shift, name)
 
 
 def _bitshift_numpy(arrays, attrs):
