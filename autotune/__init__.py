@@ -1,7 +1,7 @@
 """autotune: the public API of the schedule-search autotuner (build, load_module, ...)."""
 from __future__ import annotations
 
-from tensor_ir.errors import BuildError
+from tensor_ir.errors import BuildError, KernelIndexError
 from tensor_ir.target import Target, TargetError
 
 from .api import build
@@ -16,7 +16,7 @@ from .tune_model import CoverageError, TuneModelResult, tune_model
 
 __all__ = [
     "build", "load_module", "apply_history_best", "MissingRecordError", "Kernel", "ParamSpec",
-    "BuildError",
+    "BuildError", "KernelIndexError",
     "Target", "TargetError", "parse_target", "tune", "TuneResult", "TuneError",
     "load_model", "build_model", "Model", "Executor", "BuildReport", "BenchmarkResult",
     "tune_model", "TuneModelResult", "CoverageError",

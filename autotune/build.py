@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -29,7 +30,7 @@ from tensor_ir.codegen import threadpool
 from tensor_ir.codegen.compile import CompiledModule, JITModule, host_triple, target_machine
 from tensor_ir.codegen.link import link_shared_library
 from tensor_ir.codegen.llvm import META_SYMBOL, META_VERSION, param_metadata, symbol_name
-from tensor_ir.errors import BuildError
+from tensor_ir.errors import BuildError, KernelIndexError, TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.intrinsics import libraries_of, load_libraries
 from tensor_ir.lower import lower
@@ -116,9 +117,13 @@ class Kernel:
         self._written = tuple(i for i, p in enumerate(self.params) if p.written)
         # Argument sets already checked (see _check): ids of the arrays -> what was checked.
         self._checked: dict[tuple, tuple] = {}
+        # The runtime index checks (tensor_ir/codegen/checks.py), and where a failed one
+        # leaves its index.
+        self.checks: tuple[dict, ...] = tuple(meta.get("checks", ()))
+        self._fault = self._fault_cell(owner, meta.get("fault")) if self.checks else None
         self._cfunc = None
         if address is not None:
-            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(self.params)))
+            proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * len(self.params)))
             self._cfunc = proto(address)
 
     def __repr__(self) -> str:
@@ -131,7 +136,35 @@ class Kernel:
             raise BuildError(f"kernel {self.entry_name} was compiled for {self.triple}, which "
                              f"is not this host ({host_triple()}); export it instead of calling")
         pointers = self._check(arrays)
-        self._cfunc(*pointers)
+        status = self._cfunc(*pointers)
+        if status:
+            raise self.index_error(status)
+
+    @staticmethod
+    def _fault_cell(owner, symbol: str | None):
+        """The kernel's fault global as a ctypes int64 (None where it cannot be found: a
+        kernel for another machine)."""
+        if owner is None or not symbol:
+            return None
+        if isinstance(owner, ctypes.CDLL):
+            return ctypes.c_int64.in_dll(owner, symbol)
+        return ctypes.c_int64.from_address(owner.global_address(symbol))
+
+    def index_error(self, status: int, values: Sequence[str] | None = None
+                    ) -> TensorIRError:
+        """The error a call that returned ``status`` (the number of the failed check) means.
+        ``values``: the model value each parameter holds, to name it."""
+        if not 0 < status <= len(self.checks):
+            return BuildError(f"kernel {self.entry_name} returned status {status}, which "
+                              f"names none of its {len(self.checks)} index checks")
+        check = self.checks[status - 1]
+        index = self._fault.value if self._fault is not None else -1
+        names = [p.name for p in self.params]
+        value = None
+        if values is not None and check["buffer"] in names:
+            value = values[names.index(check["buffer"])]
+        return KernelIndexError(self.entry_name, check["buffer"], check["axis"], index,
+                                check["extent"], value)
 
     def _check(self, arrays: tuple) -> list:
         """The arrays' data pointers, after checking that they fit the parameters.

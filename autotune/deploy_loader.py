@@ -21,7 +21,10 @@ The library's entry point (its name is in the metadata, ``model_run`` by default
 C-contiguous array per model input (in the metadata's order), copied into the workspace
 before the first kernel; ``outputs`` to one buffer per output, filled after the last.  Either
 may be NULL (the inputs are then taken from, the outputs left in, the workspace).  It returns
-0, or one of ENTRY_ERRORS.
+0, or one of ENTRY_ERRORS.  Where a kernel reads or writes at an index taken from the data (a
+gather, an embedding lookup) and that index is outside the buffer, the kernel stops, the
+entry returns INDEX_ERROR and the library's ``model_fault`` (three int64) holds the step, the
+kernel's check number and the index; ``run`` raises DataIndexError naming them.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ import numpy as np
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "DataIndexError",
     "DeployError",
     "DeployedModel",
     "InputError",
@@ -54,10 +58,23 @@ METADATA_FILE = "model.json"
 # What the entry returns when a pointer it was given is unusable.
 ENTRY_ERRORS = {1: "the workspace pointer is NULL or not aligned",
                 2: "the weights pointer is NULL or not aligned"}
+INDEX_ERROR = 3
+FAULT_RECORD = "model_fault"
 
 
 class DeployError(Exception):
     """Base of the loader's errors."""
+
+
+class DataIndexError(DeployError, IndexError):
+    """An index taken from the inputs (a gather's, an embedding's) is outside the buffer it
+    indexes; ``step``, ``value`` (the model value indexed), ``axis``, ``index`` and
+    ``extent`` say where.  The outputs of that run are not valid."""
+
+    def __init__(self, message: str, step: str, value, axis: int, index: int, extent: int):
+        super().__init__(message)
+        self.step, self.value, self.axis = step, value, axis
+        self.index, self.extent = index, extent
 
 
 class LoadError(DeployError, OSError):
@@ -177,6 +194,7 @@ class DeployedModel:
         entry.restype = ctypes.c_int32
         entry.argtypes = [ctypes.c_void_p] * 4
         self._entry = entry
+        self._kernels = meta.get("kernels", [])
 
         # 3. The workspace: inputs, intermediates and outputs of the memory plan.
         self._workspace = _aligned_bytes(max(int(meta["workspace_bytes"]), 1), self.alignment)
@@ -231,9 +249,26 @@ class DeployedModel:
     def _call(self, inputs, outputs) -> None:
         status = self._entry(self._workspace.ctypes.data, self._weights.ctypes.data,
                              inputs, outputs)
+        if status == INDEX_ERROR:
+            raise self._index_error()
         if status != 0:
             reason = ENTRY_ERRORS.get(status, "an unknown error")
             raise DeployError(f"{self.name}: the entry returned {status}: {reason}")
+
+    def _index_error(self) -> DeployError:
+        try:
+            step, check, index = (ctypes.c_int64 * 3).in_dll(self._library, FAULT_RECORD)
+            kernel = self._kernels[step]
+            spec = kernel["checks"][check - 1]
+        except (ValueError, IndexError, KeyError, TypeError):
+            return DeployError(f"{self.name}: a kernel failed an index check, and the "
+                               f"library does not say which")
+        arg = spec.get("arg")
+        value = kernel["args"][arg]["value"] if arg is not None else spec["buffer"]
+        return DataIndexError(
+            f"{self.name}: step {kernel['step']}: index {index} on axis {spec['axis']} of "
+            f"{value!r} is out of range [0, {spec['extent']}); the run stopped (its outputs "
+            f"are not valid)", kernel["step"], value, spec["axis"], index, spec["extent"])
 
     def run(self, inputs: Mapping | None = None, **named) -> dict:
         """Run the model on ``{input name: array}`` (or keyword arguments); returns

@@ -167,9 +167,10 @@ def _native_call(kernel, arrays: Sequence[np.ndarray]) -> tuple[int, tuple[int, 
 
 
 def _bind(kernel, arrays: Sequence[np.ndarray],
-          native: tuple[int, tuple[int, ...]] | None) -> Callable[[], None]:
+          native: tuple[int, tuple[int, ...]] | None) -> Callable[[], int | None]:
     """A call of ``kernel`` on ``arrays`` with the pointers resolved once (``native``, from
-    ``_native_call``).
+    ``_native_call``); it returns the kernel's status (0, or the failed index check: see
+    ``Kernel.index_error``), None for a kernel called normally (which raises itself).
 
     The arrays are fixed for the executor's life, so the per-call argument checks of
     ``Kernel.__call__`` are done once, at build (they cost tens of microseconds per call,
@@ -181,13 +182,14 @@ def _bind(kernel, arrays: Sequence[np.ndarray],
     return lambda: cfunc(*pointers)
 
 
-def _native_sequence(calls: Sequence[tuple[int, tuple[int, ...]]]) -> Callable[[], None]:
+def _native_sequence(calls: Sequence[tuple[int, tuple[int, ...]]]) -> Callable[[], int]:
     """One native function calling every ``(entry address, pointers)`` in order: a model's
     run crosses from Python to native code once instead of once per kernel (a ctypes call
     costs a microsecond or two, tens of kernels a run).  The addresses and pointers sit in
     a table the function reads; only the arities are compiled in.  The thread pool's team is
     held for the run (see tensor_ir/codegen/threadpool.py): no worker sleeps between two
-    kernels, and the sleeping ones are woken as the run starts."""
+    kernels, and the sleeping ones are woken as the run starts.  It returns 0, or where a
+    kernel's index check failed ``(step + 1) << 32 | status`` and runs no further kernel."""
     from tensor_ir.codegen import LLVMTarget, compile_module
 
     lines, slot = [], 0
@@ -199,19 +201,28 @@ def _native_sequence(calls: Sequence[tuple[int, tuple[int, ...]]]) -> Callable[[
             loads.append(f"%v{k}_{a}")
             slot += 1
         args = ", ".join(f"ptr {v}" for v in loads[1:])
-        lines.append(f"  call void {loads[0]}({args})")
+        lines.append(f"  %s{k} = call i32 {loads[0]}({args})")
+        lines.append(f"  %bad{k} = icmp ne i32 %s{k}, 0")
+        lines.append(f"  br i1 %bad{k}, label %failed, label %ok{k}")
+        lines.append(f"ok{k}:")
     hold, release = threadpool.HOLD, threadpool.RELEASE
+    blocks = ["entry"] + [f"ok{k}" for k in range(len(calls) - 1)]
+    steps = ", ".join(f"[{(k + 1) << 32}, %{b}]" for k, b in enumerate(blocks))
+    statuses = ", ".join(f"[%s{k}, %{b}]" for k, b in enumerate(blocks))
     text = (f"declare void @{hold}()\ndeclare void @{release}()\n"
-            f"define void @run_steps(ptr %table) {{\nentry:\n  call void @{hold}()\n"
-            + "\n".join(lines) + f"\n  call void @{release}()\n  ret void\n}}\n")
+            f"define i64 @run_steps(ptr %table) {{\nentry:\n  call void @{hold}()\n"
+            + "\n".join(lines) + f"\n  call void @{release}()\n  ret i64 0\n"
+            f"failed:\n  %step = phi i64 {steps}\n  %status = phi i32 {statuses}\n"
+            f"  call void @{release}()\n  %code = zext i32 %status to i64\n"
+            f"  %both = or i64 %step, %code\n  ret i64 %both\n}}\n")
     jit = compile_module(text, LLVMTarget()).jit()
     table = (ctypes.c_void_p * max(1, slot))(
         *[value for address, pointers in calls for value in (address, *pointers)])
-    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(jit.function_address("run_steps"))
+    run = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(jit.function_address("run_steps"))
     address = ctypes.addressof(table)
 
-    def run_all(jit=jit, table=table) -> None:  # the defaults keep both alive
-        run(address)
+    def run_all(jit=jit, table=table) -> int:  # the defaults keep both alive
+        return run(address)
 
     return run_all
 
@@ -317,11 +328,21 @@ class Executor:
 
     def _execute(self) -> None:
         if self._run_all is not None:
-            self._run_all()  # holds the team itself
+            failed = self._run_all()  # holds the team itself
+            if failed:
+                self._failed((failed >> 32) - 1, failed & 0xFFFFFFFF)
             return
         with threadpool.held():
-            for call in self._calls:
-                call()
+            for k, call in enumerate(self._calls):
+                status = call()
+                if status:
+                    self._failed(k, status)
+
+    def _failed(self, step: int, status: int) -> None:
+        """Raise what kernel ``step`` returning ``status`` means (a KernelIndexError naming
+        the model value whose buffer an index from data left)."""
+        s = self.steps[step]
+        raise s.kernel.index_error(status, s.args)
 
     def run(self, inputs: Mapping[str, np.ndarray] | None = None, **named
             ) -> dict[str, np.ndarray]:
@@ -349,8 +370,10 @@ class Executor:
                 with threadpool.held():
                     for k, call in enumerate(self._calls):
                         start = time.perf_counter()
-                        call()
+                        status = call()
                         samples[k].append((time.perf_counter() - start) * 1e3)
+                        if status:
+                            self._failed(k, status)
         return [(step.name, statistics.median(s)) for step, s in zip(self.steps, samples)]
 
     def _random_inputs(self) -> dict[str, np.ndarray]:

@@ -51,6 +51,7 @@ import numpy as np
 from llvmlite import ir
 
 from tensor_ir.codegen import threadpool
+from tensor_ir.codegen.checks import FAULT_SUFFIX
 from tensor_ir.codegen.compile import LLVMTarget, host_triple, target_machine
 from tensor_ir.codegen.types import I1, I8, I32, I64, PTR, VOID, symbol_name
 from tensor_ir.errors import BuildError
@@ -64,6 +65,10 @@ from .graph.passes import ALIGNMENT
 __all__ = ["ENTRY", "export_executor"]
 
 ENTRY = "model_run"
+# What model_run returns when a kernel's index check failed, and the exported array of three
+# int64 it then fills: the step, the check's number (1-based), the index.
+INDEX_ERROR = 3
+FAULT_RECORD = "model_fault"
 WEIGHTS_FILE = "weights.bin"
 LOADER_FILE = "loader.py"
 
@@ -131,8 +136,9 @@ class _Layout:
 
 
 def _kernel_module(kernel, symbol: str) -> llvm.ModuleRef:
-    """The optimised module of ``kernel`` with its entry renamed to ``symbol`` and every
-    other definition internal."""
+    """The optimised module of ``kernel`` with its entry renamed to ``symbol``, its fault
+    global (the index of a failed check) to ``symbol + FAULT_SUFFIX``, and every other
+    definition internal (those two are made internal once the entry is linked to them)."""
     module = llvm.parse_assembly(kernel.compiled_module.llvm_ir)
     for fn in module.functions:
         if fn.is_declaration:
@@ -141,15 +147,21 @@ def _kernel_module(kernel, symbol: str) -> llvm.ModuleRef:
             fn.name = symbol
         else:
             fn.linkage = "internal"
+    fault = kernel.entry_name + FAULT_SUFFIX
     for gv in module.global_variables:
-        if not gv.is_declaration:
+        if gv.is_declaration:
+            continue
+        if gv.name == fault:
+            gv.name = symbol + FAULT_SUFFIX
+        else:
             gv.linkage = "internal"
     return module
 
 
 def _entry_module(steps: list[tuple[str, list[tuple[str, int]]]], nparams: dict,
                   inputs: list[tuple[int, int]], outputs: list[tuple[str, int, int]],
-                  weights_needed: bool, triple: str, hold_team: bool = False) -> ir.Module:
+                  weights_needed: bool, triple: str, hold_team: bool = False,
+                  checked: frozenset = frozenset()) -> ir.Module:
     """``int32_t model_run(workspace, weights, inputs, outputs)``: copy the inputs in, call
     ``steps`` ((kernel symbol, [(region, offset)]) in order), copy the outputs out.
     ``hold_team``: the thread pool's team is held from before the input copies (which gives
@@ -157,7 +169,9 @@ def _entry_module(steps: list[tuple[str, list[tuple[str, int]]]], nparams: dict,
 
     ``inputs``: (workspace offset, bytes) per input; ``outputs``: (region, offset, bytes)
     per output.  Returns 1 or 2 for an unusable workspace or weights pointer (NULL or not
-    aligned: the kernels were compiled for, and tuned on, aligned buffers)."""
+    aligned: the kernels were compiled for, and tuned on, aligned buffers), 3 when a kernel
+    of ``checked`` (symbols) failed an index check: ``model_fault`` then holds the step, the
+    check's number and the index (FAULT_RECORD)."""
     module = ir.Module(name="model_entry")
     module.triple = triple
     fn = ir.Function(module, ir.FunctionType(I32, [PTR] * 4), ENTRY)
@@ -166,9 +180,15 @@ def _entry_module(steps: list[tuple[str, list[tuple[str, int]]]], nparams: dict,
         arg.name = name
     memcpy = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, I64, I1]),
                          "llvm.memcpy.p0.p0.i64")
-    kernels = {}
+    kernels, faults = {}, {}
     for symbol, count in nparams.items():
-        kernels[symbol] = ir.Function(module, ir.FunctionType(VOID, [PTR] * count), symbol)
+        kernels[symbol] = ir.Function(module, ir.FunctionType(I32, [PTR] * count), symbol)
+        if symbol in checked:
+            faults[symbol] = ir.GlobalVariable(module, I64, symbol + FAULT_SUFFIX)
+    record = None
+    if faults:
+        record = ir.GlobalVariable(module, ir.ArrayType(I64, 3), FAULT_RECORD)
+        record.initializer = ir.Constant(ir.ArrayType(I64, 3), [0, 0, 0])
 
     entry = fn.append_basic_block("entry")
     b = ir.IRBuilder(entry)
@@ -220,13 +240,31 @@ def _entry_module(steps: list[tuple[str, list[tuple[str, int]]]], nparams: dict,
         region, offset, nbytes = item
         b.call(memcpy, [dst, at(region, offset), ir.Constant(I64, nbytes), ir.Constant(I1, 0)])
 
+    release = ir.Function(module, ir.FunctionType(VOID, []), threadpool.RELEASE) \
+        if hold_team else None
     if hold_team:
         b.call(ir.Function(module, ir.FunctionType(VOID, []), threadpool.HOLD), [])
     copies(inputs, "inputs", (input_ptrs, copy_in))
-    for symbol, args in steps:
-        b.call(kernels[symbol], [at(region, offset) for region, offset in args])
+    for k, (symbol, args) in enumerate(steps):
+        status = b.call(kernels[symbol], [at(region, offset) for region, offset in args])
+        if symbol not in faults:
+            continue
+        fail = fn.append_basic_block(f"step{k}_failed")
+        ok = fn.append_basic_block(f"step{k}_ok")
+        b.cbranch(b.icmp_unsigned("!=", status, ir.Constant(I32, 0)), fail, ok)
+        b.position_at_end(fail)
+        for slot, value in enumerate((ir.Constant(I64, k), b.zext(status, I64),
+                                      b.load(faults[symbol], typ=I64))):
+            # (By address: llvmlite types a global's pointer, and a GEP from it would be
+            # typed as the array, not as its int64 elements.)
+            at_slot = b.add(b.ptrtoint(record, I64), ir.Constant(I64, 8 * slot))
+            b.store(value, b.inttoptr(at_slot, PTR))
+        if hold_team:
+            b.call(release, [])
+        b.ret(ir.Constant(I32, INDEX_ERROR))
+        b.position_at_end(ok)
     if hold_team:
-        b.call(ir.Function(module, ir.FunctionType(VOID, []), threadpool.RELEASE), [])
+        b.call(release, [])
     copies(outputs, "outputs", (output_ptrs, copy_out))
     b.ret(ir.Constant(I32, 0))
     return module
@@ -308,11 +346,12 @@ def export_executor(executor, path: str | os.PathLike) -> str:
         raise BuildError(f"export_library: reading the kernels of {model.name} failed: "
                          f"{err}") from err
     pooled = any(_calls(module, threadpool.LAUNCH) for module, _ in kernel_modules)
+    checked = frozenset(symbol for kernel, symbol in modules if kernel.checks)
     entry = _entry_module(
         steps, nparams,
         [(e["offset"], model.types[e["name"]].nbytes) for e in inputs_meta],
         [(e["region"], e["offset"], model.types[e["name"]].nbytes) for e in outputs_meta],
-        layout.weights_bytes > 0, triple, hold_team=pooled)
+        layout.weights_bytes > 0, triple, hold_team=pooled, checked=checked)
     # The kernels of one build are compiled for one machine; the module is emitted for it.
     if len(machines) > 1:
         raise BuildError(f"export_library: the kernels of {model.name} are compiled for "
@@ -329,6 +368,8 @@ def export_executor(executor, path: str | os.PathLike) -> str:
                 combined.get_function(name).linkage = "internal"
         for _, symbol in modules:
             combined.get_function(symbol).linkage = "internal"
+            if symbol in checked:
+                combined.get_global_variable(symbol + FAULT_SUFFIX).linkage = "internal"
         combined.verify()
     except RuntimeError as err:
         raise BuildError(f"export_library: linking the kernels of {model.name} failed: "
@@ -371,7 +412,8 @@ def export_executor(executor, path: str | os.PathLike) -> str:
             "weights": layout.weights,
             "kernels": [{"step": step.name, "symbol": symbol,
                          "args": [{"value": v, "region": r, "offset": o}
-                                  for v, (r, o) in zip(step.args, args)]}
+                                  for v, (r, o) in zip(step.args, args)],
+                         "checks": _check_args(step.kernel)}
                         for step, (symbol, args) in zip(executor.steps, steps)],
         }
         with open(os.path.join(tmp, deploy_loader.METADATA_FILE), "w", encoding="utf-8") as f:
@@ -383,6 +425,15 @@ def export_executor(executor, path: str | os.PathLike) -> str:
     if earlier and earlier != library:
         os.remove(os.path.join(folder, earlier))
     return folder
+
+
+def _check_args(kernel) -> list[dict]:
+    """The kernel's index checks for model.json, each with the argument it indexes (its
+    position; None for a buffer of the kernel's own)."""
+    names = [p.name for p in kernel.params]
+    return [{"arg": names.index(c["buffer"]) if c["buffer"] in names else None,
+             "buffer": c["buffer"], "axis": c["axis"], "extent": c["extent"]}
+            for c in kernel.checks]
 
 
 def _calls(module: llvm.ModuleRef, name: str) -> bool:

@@ -7,7 +7,9 @@ one request at a time sees, where benchmarks.e2e times inferences back to back.
 
 ``--runtime`` picks what our kernels' parallel loops launch on: ``pool`` (default, our thread
 pool, tensor_ir/codegen/threadpool.py), ``gomp`` (libgomp), or ``ab``: the model built with
-each, timed as two sides (``ours_pool``, ``ours_gomp``) in the same rounds.
+each, timed as two sides (``ours_pool``, ``ours_gomp``) in the same rounds.  With ``ab`` each
+of the two runs in a process of its own, started here and driven round by round: in one
+process the two runtimes' threads shared the cores (libgomp's hot latency read 3x its own).
 
 Each round, per side (the sides take turns within a round, the first one rotating from
 round to round): a pause (the other side's threads park), five back-to-back inferences
@@ -68,15 +70,57 @@ def first_runs(fn, gap: float, rounds: int, sleep=time.sleep) -> list[float]:
 
 def alternating_rounds(sides: dict, gap: float, rounds: int, sleep=time.sleep) -> dict:
     """{side: median milliseconds of each timed inference} over ``rounds`` rounds in which
-    every side has its turn, the first side rotating from round to round."""
+    every side has its turn, the first side rotating from round to round.  A side is an
+    inference to time here, or a _Remote one (its round runs in its own process)."""
     names = list(sides)
     rows: dict = {side: [] for side in names}
     for r in range(rounds):
         k = r % len(names)
         for side in names[k:] + names[:k]:
-            rows[side].append(one_round(sides[side], gap, sleep))
+            fn = sides[side]
+            rows[side].append(fn.round(gap) if isinstance(fn, _Remote)
+                              else one_round(fn, gap, sleep))
     return {side: [statistics.median(column) for column in zip(*rows[side])]
             for side in names}
+
+
+class _Remote:
+    """One side in a child process: the model built there with one parallel runtime, its
+    rounds run there on request (see the module text)."""
+
+    def __init__(self, name: str, options: dict, target: str, database, runtime: str):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # no LLVM or thread pool to fork
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, daemon=True,
+                                        args=(child, name, options, target, database, runtime))
+        self._process.start()
+        self.info = self._conn.recv()   # after the build and a first run
+
+    def round(self, gap: float) -> list[float]:
+        self._conn.send(gap)
+        return self._conn.recv()
+
+    def close(self) -> None:
+        self._conn.send(None)
+        self._process.join(timeout=30)
+
+
+def _serve(conn, name: str, options: dict, target: str, database, runtime: str) -> None:
+    import autotune
+
+    model = autotune.load_model(name, **options)
+    lib = _build(model, autotune.Target(target), database, runtime)
+    feed = model_feed(model)
+    lib.run(feed)
+    conn.send({"coverage": lib.report.coverage,
+               "parallel_kernels": parallel_kernels(lib, runtime)})
+    while True:
+        gap = conn.recv()
+        if gap is None:
+            return
+        conn.send(one_round(lambda: lib.run(feed), gap))
 
 
 def _build(model, target, database, runtime: str):
@@ -108,28 +152,40 @@ def measure(name: str, database: str | None, threads: int = 2, rounds: int = 15,
     target = autotune.Target(f"llvm -num-cores {threads}")
     feed = model_feed(model)
     runtimes = RUNTIMES[runtime]
-    libs = {rt: _build(model, target, database, rt) for rt in runtimes}
+    sides: dict = {}
+    if len(runtimes) == 1:
+        lib = _build(model, target, database, runtimes[0])
+        sides["ours"] = lambda: lib.run(feed)
+        coverage = lib.report.coverage
+        kernels = {runtimes[0]: parallel_kernels(lib, runtimes[0])}
+    else:
+        for rt in runtimes:
+            sides[f"ours_{rt}"] = _Remote(name, options, str(target), database, rt)
+        coverage = sides[f"ours_{runtimes[0]}"].info["coverage"]
+        kernels = {rt: sides[f"ours_{rt}"].info["parallel_kernels"] for rt in runtimes}
     sess = onnxruntime_session(to_onnx(model), threads)
-    sides = {}
-    for rt, lib in libs.items():
-        side = "ours" if len(libs) == 1 else f"ours_{rt}"
-        sides[side] = (lambda lib=lib: lib.run(feed))
     sides["onnxruntime"] = lambda: sess.run(None, feed)
     for fn in sides.values():
-        fn()  # pages, thread pools, packed weights
-    lib = next(iter(libs.values()))
+        if not isinstance(fn, _Remote):
+            fn()  # pages, thread pools, packed weights
     out = {"benchmark": "idle_gap", "model": name, "options": options,
            "target": str(target), "threads": threads, "rounds": rounds,
            "database": os.path.basename(database) if database else None,
-           "coverage": lib.report.coverage, "runtime": runtime,
+           "coverage": coverage, "runtime": runtime,
+           "processes": "one per side of ours" if len(runtimes) > 1 else "one",
            "pool_spin_count": threadpool.spin_count(),
-           "parallel_kernels": {rt: parallel_kernels(lib, rt) for rt, lib in libs.items()},
+           "parallel_kernels": kernels,
            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT"), "gaps": []}
-    for gap in gaps:
-        row: dict = {"gap_s": gap}
-        for side, ms in alternating_rounds(sides, gap, rounds).items():
-            row[f"{side}_ms"] = [round(v, 4) for v in ms]
-        out["gaps"].append(row)
+    try:
+        for gap in gaps:
+            row: dict = {"gap_s": gap}
+            for side, ms in alternating_rounds(sides, gap, rounds).items():
+                row[f"{side}_ms"] = [round(v, 4) for v in ms]
+            out["gaps"].append(row)
+    finally:
+        for fn in sides.values():
+            if isinstance(fn, _Remote):
+                fn.close()
     # The first inference after each gap against the side's own hot latency (gap 0's
     # median of its three runs).
     hot = {side: statistics.median(out["gaps"][0][f"{side}_ms"]) for side in sides}

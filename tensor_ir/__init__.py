@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from . import dtype, printer, te
 from .buffer import Buffer, decl_buffer
-from .errors import BuildError, DTypeError, LoweringError, TEError, TensorIRError
+from .errors import (
+    BuildError, DTypeError, KernelIndexError, LoweringError, TEError, TensorIRError,
+)
 from .expr import (
     And, BinOp, BufferLoad, Call, Cast, Cmp, FloatImm, IntImm, Not, Or, PrimExpr, Reduce,
     Select, Var, const,
@@ -16,7 +18,8 @@ from .stmt import (
 
 __all__ = [
     "te", "dtype", "Buffer", "decl_buffer", "PrimFunc", "from_json", "to_json",
-    "structural_equal", "structural_hash", "BuildError", "DTypeError", "LoweringError",
+    "structural_equal", "structural_hash", "BuildError", "DTypeError", "KernelIndexError",
+    "LoweringError",
     "TEError", "TensorIRError", "And", "BinOp", "BufferLoad", "Call", "Cast", "Cmp",
     "FloatImm", "IntImm", "Not", "Or", "PrimExpr", "Reduce", "Select", "Var", "const",
     "Allocate", "Block", "BlockRealize", "BufferRegion", "BufferStore", "Evaluate", "For",

@@ -8,9 +8,13 @@ load the range of values it takes over the stage's domain is bounded with
 2. an index proven to leave the buffer is refused with a :class:`TEError` naming the stage, the
    buffer, the dimension and the index range against the extent -- the interpreter would raise
    ``OutOfBoundsError`` there, and compiled code would read garbage or crash;
-3. an index that can be proven neither way (a data-dependent index, a guard the analyzer does
-   not follow) gets a guard: the load reads zero when it would leave the buffer, so compiled
-   code and the interpreter agree and never touch memory outside the buffer.
+3. an index computed from the loop variables that can be proven neither way (a guard the
+   analyzer does not follow) gets a guard: the load reads zero when it would leave the
+   buffer, so compiled code and the interpreter agree and never touch memory outside it;
+4. an index read from memory (``A[I[i]]``) is the caller's data, not the program's: it is left
+   to the runtime check (tensor_ir/codegen/checks.py: the LLVM kernel returns an error naming
+   the buffer, the index and the extent; the interpreter raises ``OutOfBoundsError``).  A
+   zero there would be a wrong answer given silently.
 
 A load under a lazy ``Select`` (``te.if_then_else``, a reduction's ``where=``) is bounded under
 the branch's condition: padding written as ``if_then_else(i >= p, A[i - p], 0)`` is in range.
@@ -27,7 +31,7 @@ from .expr import (
     And, BufferLoad, Cmp, IntImm, Not, Or, PrimExpr, Select, Var, binary, compare, const,
     logic_and,
 )
-from .visitor import map_children, substitute
+from .visitor import map_children, substitute, walk
 
 __all__ = ["check_loads"]
 
@@ -83,7 +87,8 @@ class _Checker:
         buf = load.buffer
         guards = []
         for d, (index, extent) in enumerate(zip(load.indices, buf.shape)):
-            if not isinstance(extent, IntImm) or not dt.is_int(index.dtype):
+            if not isinstance(extent, IntImm) or not dt.is_int(index.dtype) \
+                    or _reads_memory(index):
                 continue
             ext = extent.value
             lo, hi, exact = _index_range(ctx, index)
@@ -112,6 +117,12 @@ class _Checker:
             f"{load.buffer.name}: the index {shown.indices[d]} ranges over {span} but the "
             f"extent is {ext} (valid indices [0, {ext - 1}]); guard it with te.if_then_else "
             f"or fix the index")
+
+
+def _reads_memory(index: PrimExpr) -> bool:
+    found = []
+    walk(index, lambda n: found.append(n) if isinstance(n, BufferLoad) else None)
+    return bool(found)
 
 
 def _index_range(ctx: _Context, index: PrimExpr):

@@ -20,3 +20,19 @@ class BuildError(TensorIRError, RuntimeError):
 
 class LoweringError(BuildError):
     """The program cannot be lowered (for example an unsupported construct)."""
+
+
+class KernelIndexError(TensorIRError, IndexError):
+    """A compiled kernel read or wrote a buffer at an index taken from data (``A[I[i]]``)
+    that lies outside the buffer; the kernel stopped and wrote nothing more.  ``buffer``,
+    ``axis``, ``index`` and ``extent`` say where; ``kernel`` names the kernel, ``value`` the
+    model value the buffer holds where a model ran it (else None)."""
+
+    def __init__(self, kernel: str, buffer: str, axis: int, index: int, extent: int,
+                 value: str | None = None):
+        self.kernel, self.buffer, self.axis = kernel, buffer, axis
+        self.index, self.extent, self.value = index, extent, value
+        where = f"buffer {buffer!r}" + (f" (model value {value!r})" if value else "")
+        super().__init__(f"kernel {kernel}: index {index} on axis {axis} of {where} is out "
+                         f"of range [0, {extent}); the kernel stopped (its outputs are "
+                         f"incomplete)")

@@ -40,6 +40,9 @@ _NEXT_CALL = """  %next = add i64 %i, 1
   %wrap = icmp sge i64 %j1, %sets
   %jnext = select i1 %wrap, i64 0, i64 %j1
   %more = icmp slt i64 %next, %n"""
+# The first failed index check of the calls so far (%status), after call %got.
+_KEEP_STATUS = """  %failed_before = icmp ne i32 %status, 0
+  %status1 = select i1 %failed_before, i32 %status, i32 %got"""
 
 
 class _Harness:
@@ -74,31 +77,36 @@ class _Harness:
         return entry[1]
 
     def loop(self, arity: int):
-        """``time_loop(fn, argv, sets, n)``: ``n`` calls of ``fn``, call ``i`` taking the
-        ``i % sets``-th of ``sets`` consecutive argument vectors of ``arity`` pointers in
-        ``argv`` (one set but for weights read cold, see ``weight_sets``)."""
+        """``time_loop(fn, argv, sets, n) -> status``: ``n`` calls of ``fn``, call ``i``
+        taking the ``i % sets``-th of ``sets`` consecutive argument vectors of ``arity``
+        pointers in ``argv`` (one set but for weights read cold, see ``weight_sets``); the
+        first non-zero status a call returned (a failed index check), else 0."""
         def text(loads: str, args: str) -> str:
             return f"""
-define void @time_loop(ptr %fn, ptr %argv, i64 %sets, i64 %n) {{
+define i32 @time_loop(ptr %fn, ptr %argv, i64 %sets, i64 %n) {{
 entry:
   %go = icmp sgt i64 %n, 0
   br i1 %go, label %loop, label %done
 loop:
   %i = phi i64 [0, %entry], [%next, %loop]
   %j = phi i64 [0, %entry], [%jnext, %loop]
+  %status = phi i32 [0, %entry], [%status1, %loop]
 {loads}
-  call void %fn({args})
+  %got = call i32 %fn({args})
+{_KEEP_STATUS}
 {_NEXT_CALL}
   br i1 %more, label %loop, label %done
 done:
-  ret void
+  %result = phi i32 [0, %entry], [%status1, %loop]
+  ret i32 %result
 }}
 """
-        return self._compiled("time_loop", arity, text, None, ctypes.c_void_p,
+        return self._compiled("time_loop", arity, text, ctypes.c_int32, ctypes.c_void_p,
                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
     def fresh_loop(self, arity: int):
-        """``time_fresh(fn, argv, sets, n, copies, ncopies) -> seconds``: like ``loop``, but
+        """``time_fresh(fn, argv, sets, n, copies, ncopies, status) -> seconds``: like
+        ``loop`` (its status written to ``*status``), but
         before each call it copies ``ncopies`` arrays (``copies``: triples destination,
         source, bytes) and it returns the seconds spent in the calls alone, each timed by
         the monotonic clock.  The copies put the inputs where a producer kernel leaves its
@@ -109,7 +117,7 @@ done:
 {NOW_IR}
 declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 define double @time_fresh(ptr %fn, ptr %argv, i64 %sets, i64 %n, ptr %copies,
-                          i64 %ncopies) {{
+                          i64 %ncopies, ptr %status_out) {{
 entry:
   %ts = alloca [2 x i64], align 8
   %go = icmp sgt i64 %n, 0
@@ -118,6 +126,7 @@ call_head:
   %i = phi i64 [0, %entry], [%next, %timed]
   %j = phi i64 [0, %entry], [%jnext, %timed]
   %total = phi i64 [0, %entry], [%total1, %timed]
+  %status = phi i32 [0, %entry], [%status1, %timed]
   %anycopy = icmp sgt i64 %ncopies, 0
   br i1 %anycopy, label %copy, label %call
 copy:
@@ -138,8 +147,9 @@ copy:
 call:
 {loads}
   %t0 = call i64 @now(ptr %ts)
-  call void %fn({args})
+  %got = call i32 %fn({args})
   %t1 = call i64 @now(ptr %ts)
+{_KEEP_STATUS}
   br label %timed
 timed:
   %dt = sub i64 %t1, %t0
@@ -148,6 +158,8 @@ timed:
   br i1 %more, label %call_head, label %done
 done:
   %sum = phi i64 [0, %entry], [%total1, %timed]
+  %result = phi i32 [0, %entry], [%status1, %timed]
+  store i32 %result, ptr %status_out
   %secs = uitofp i64 %sum to double
   %out = fdiv double %secs, 1.0e9
   ret double %out
@@ -155,7 +167,7 @@ done:
 """
         return self._compiled("time_fresh", arity, text, ctypes.c_double, ctypes.c_void_p,
                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                              ctypes.c_void_p, ctypes.c_int64)
+                              ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
 
     def flush(self, arrays: Sequence[np.ndarray], target: Target) -> None:
         """Evict ``arrays`` from the CPU caches."""
@@ -320,13 +332,16 @@ def measure_cpu(request: dict, work: dict, state: dict) -> dict:
                 arrays[i].ctypes.data, work["pristine"][work["inputs"].index(i)].ctypes.data,
                 arrays[i].nbytes)])
 
+    status = ctypes.c_int32(0)
+
     def timed(n: int) -> float:
         nonlocal kernel_seconds
         t0 = time.perf_counter()
         if fresh:
-            elapsed = fresh_loop(address, argv, sets, n, copies, len(fresh))
+            elapsed = fresh_loop(address, argv, sets, n, copies, len(fresh),
+                                 ctypes.byref(status))
         else:
-            loop(address, argv, sets, n)
+            status.value = loop(address, argv, sets, n)
             elapsed = time.perf_counter() - t0
         kernel_seconds += time.perf_counter() - t0
         return elapsed
@@ -343,6 +358,15 @@ def measure_cpu(request: dict, work: dict, state: dict) -> dict:
     check_possible = request["check"] and work["reference"] is not None
     poison(outputs)
     warm = timed(1)
+    if status.value:
+        # The workload's indices are drawn in range (runner.workload_inputs), so a failed
+        # check is the candidate's: it reads or writes outside a buffer.
+        checks = meta.get("checks", [])
+        check = checks[status.value - 1] if 0 < status.value <= len(checks) else {}
+        return {"error_kind": "runtime", "host_wait": host_wait,
+                "error_msg": f"index check {status.value} failed (buffer "
+                             f"{check.get('buffer')!r}, axis {check.get('axis')}, extent "
+                             f"{check.get('extent')}) on in-range workload indices"}
     snapshot = [o.copy() for o in outputs] if check_possible else None
 
     # 2. Repeats.

@@ -66,6 +66,7 @@ from search.measure import (
     MeasureResult,
     SequentialRunner,
 )
+from tensor_ir.codegen.checks import index_bounds
 from tensor_ir.func import PrimFunc
 from tensor_ir.stmt import BufferStore
 from tensor_ir.target import Target
@@ -90,7 +91,8 @@ _MAX_WORKLOADS = 8
 # ---------------------------------------------------------------------------------------------
 
 def param_spec(func: PrimFunc) -> list[dict]:
-    """Per parameter: name, shape, dtype and whether the function writes it."""
+    """Per parameter: name, shape, dtype, whether the function writes it, and for one whose
+    values index another buffer (a gather's indices) the ``bound`` they must stay below."""
     written = set()
 
     def visit(node):
@@ -98,8 +100,15 @@ def param_spec(func: PrimFunc) -> list[dict]:
             written.add(node.buffer)
 
     walk(func.body, visit)
-    return [{"name": b.name, "shape": tuple(b.const_shape), "dtype": b.dtype,
-             "written": b in written} for b in func.params]
+    bounds = index_bounds(func)
+    specs = []
+    for b in func.params:
+        spec = {"name": b.name, "shape": tuple(b.const_shape), "dtype": b.dtype,
+                "written": b in written}
+        if b in bounds:
+            spec["bound"] = bounds[b]
+        specs.append(spec)
+    return specs
 
 
 class LocalRunner(SequentialRunner):
@@ -275,7 +284,8 @@ def workload_inputs(params: Sequence[dict], seed: int) -> list[np.ndarray]:
     """Fixed random arrays for the parameters: inputs filled, outputs allocated.
 
     Floats are uniform in [-1, 1) (negative values matter: a max-reduction initialised with 0
-    instead of -inf passes on positive data), integers small, so sums stay exact."""
+    instead of -inf passes on positive data), integers small, so sums stay exact; indices
+    (a parameter with a ``bound``) in [0, bound), where the kernel's index checks pass."""
     rng = np.random.default_rng(seed)
     arrays = []
     for p in params:
@@ -286,6 +296,8 @@ def workload_inputs(params: Sequence[dict], seed: int) -> list[np.ndarray]:
                 a[...] = rng.uniform(-1.0, 1.0, a.shape)
             elif kind == "b":
                 a[...] = rng.random(a.shape) < 0.5
+            elif "bound" in p:
+                a[...] = rng.integers(0, max(1, p["bound"]), a.shape)
             elif kind == "u":
                 a[...] = rng.integers(0, 16, a.shape)
             else:

@@ -99,6 +99,7 @@ from ..stmt import (
     SeqStmt,
 )
 from ..visitor import collect, free_vars, substitute, transform, uses_var, walk
+from .checks import depends_on_data
 from .common import const_shape, flat_index, unrolled_steps
 
 __all__ = ["DIALECTS", "GPUModule", "GPUParam", "GPUSource", "gpu_module", "gpu_source",
@@ -803,8 +804,27 @@ class _Printer:
         if isinstance(e, Call):
             return self.call(e)
         if isinstance(e, BufferLoad):
+            guard = self.data_guard(e)
+            if guard:
+                zero = IntImm(0, e.dtype) if dt.is_int(e.dtype) or e.dtype == "bool" \
+                    else FloatImm(0.0, e.dtype)
+                return f"{guard} ? {self.access(e.buffer, e.indices)} : {self.expr(zero)[0]}", 0
             return self.access(e.buffer, e.indices), 99
         raise BuildError(f"gpu codegen: expression {type(e).__name__} is not supported")
+
+    def data_guard(self, e: BufferLoad) -> str:
+        """The condition keeping a load whose index is read from data inside its buffer
+        (empty when no index is).  NOTE: the LLVM backend stops with an error there
+        (checks.py); a GPU kernel has no status to return yet, so such a load reads zero."""
+        unsigned = "unsigned long long" if self.dialect == "cuda" else "ulong"
+        conds = []
+        for index, extent in zip(e.indices, e.buffer.shape):
+            if depends_on_data(index, set()):
+                text = _strip(self.expr(index))
+                conds.append(f"(({unsigned})({text}) < {_strip(self.expr(extent))}ULL)"
+                             if self.dialect == "cuda" else
+                             f"(({unsigned})({text}) < {_strip(self.expr(extent))}UL)")
+        return "(" + " && ".join(conds) + ")" if conds else ""
 
     def int_literal(self, e: IntImm) -> str:
         if e.dtype == "bool":

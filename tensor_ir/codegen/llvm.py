@@ -1,7 +1,8 @@
 """LLVM code generation: a lowered PrimFunc -> an llvmlite.ir Module (pure; nothing is compiled).
 
-The generated function has the ABI ``void NAME(T0* noalias, T1* noalias, ...)``: one pointer per
-parameter buffer, row-major and contiguous.  Index arithmetic is done in i64.  Compiling the
+The generated function has the ABI ``int32_t NAME(T0* noalias, T1* noalias, ...)``: one pointer
+per parameter buffer, row-major and contiguous; it returns 0, or the number of the runtime
+index check that failed (see :mod:`tensor_ir.codegen.checks`).  Index arithmetic is done in i64.  Compiling the
 module (verify, optimise, emit an object, JIT) lives in :mod:`tensor_ir.codegen.compile`.
 
 Loop kinds:
@@ -64,6 +65,7 @@ from ..stmt import (
 )
 from ..visitor import walk
 from . import fastmath, threadpool
+from .checks import FAULT_SUFFIX, IndexCheckMixin, check_metadata
 from .common import const_shape, flat_index, unrolled_steps
 from .parallel import ParallelMixin
 from .prefetch import PrefetchMixin, PrefetchScope, plan_prefetch
@@ -92,7 +94,8 @@ from .vector import VectorMixin
 # Name of the global constant holding the module's JSON metadata (entry name, parameters), so
 # that an object file or shared library alone is enough to call the kernel again.
 META_SYMBOL = "__tensor_ir_module_meta"
-META_VERSION = 1
+# Version 2: the entry returns an int32 status, and the metadata lists the index checks.
+META_VERSION = 2
 
 # Allocations up to this size live on the stack (entry-block alloca); larger ones on the heap.
 ALLOCA_MAX_BYTES = 64 * 1024
@@ -123,13 +126,17 @@ class CodegenOptions:
     ``vector_bits`` is the width of the target's vector registers (0: unknown), which a
     vectorized loop wider than one register is cut into (see ``VectorMixin.vector_loop``);
     ``features`` the target's LLVM feature string ("+avx2,+fma"; None: unknown, taken as the
-    host's for the host's architecture), which tensor intrinsics are checked against.
+    host's for the host's architecture), which tensor intrinsics are checked against;
+    ``index_checks`` whether indices read from data are checked (checks.py).  Without the
+    checks such an index outside its buffer reads or writes outside it: an option to measure
+    what the checks cost, not to deploy.
     """
 
     num_threads: int = 0
     triple: str = ""
     vector_bits: int = 0
     features: str | None = None
+    index_checks: bool = True
 
 
 @dataclass
@@ -151,11 +158,17 @@ class _Frame:
     in_parallel: bool
     memo: dict = field(default_factory=dict)
     scopes: list = field(default_factory=lambda: [[]])
+    # The status word of a failed index check (checks.py): an alloca in the entry frame, an
+    # argument in a parallel body; None in functions without checks.
+    status: ir.Value | None = None
+    # Heap buffers live at the point being emitted, freed when a check fails.
+    heap: list = field(default_factory=list)
 
 
 def param_metadata(func: PrimFunc, entry: str, options: CodegenOptions) -> dict:
-    """What a caller needs to call the kernel: entry name, and per parameter its name, shape,
-    dtype and whether the kernel writes it."""
+    """What a caller needs to call the kernel: entry name, per parameter its name, shape,
+    dtype and whether the kernel writes it, and the runtime index checks (with the name of
+    the global holding a failed check's index)."""
     written = set()
     walk(func.body, lambda n: written.add(n.buffer) if isinstance(n, BufferStore) else None)
     params = []
@@ -163,13 +176,18 @@ def param_metadata(func: PrimFunc, entry: str, options: CodegenOptions) -> dict:
         shape = list(const_shape(buf, "LLVM codegen", "parameter"))
         params.append({"name": buf.name, "shape": shape, "dtype": buf.dtype,
                        "written": buf in written})
-    return {"version": META_VERSION, "entry": entry, "num_threads": options.num_threads,
+    meta = {"version": META_VERSION, "entry": entry, "num_threads": options.num_threads,
             "triple": options.triple, "params": params}
+    checks = check_metadata(func) if options.index_checks else []
+    if checks:
+        meta["checks"] = checks
+        meta["fault"] = entry + FAULT_SUFFIX
+    return meta
 
 
 def codegen(func: PrimFunc, name: str | None = None,
             options: CodegenOptions | None = None) -> ir.Module:
-    """Generate an LLVM module holding ``func`` (lowered) as ``void NAME(ptr...)``.
+    """Generate an LLVM module holding ``func`` (lowered) as ``i32 NAME(ptr...)``.
 
     ``name`` defaults to ``func.name``; the module also holds the metadata constant
     :data:`META_SYMBOL`.  Raises BuildError for constructs the backend does not support.
@@ -190,7 +208,8 @@ def codegen(func: PrimFunc, name: str | None = None,
             gc.enable()
 
 
-class CodeGenLLVM(VectorMixin, ParallelMixin, PrefetchMixin, TensorIntrinMixin):
+class CodeGenLLVM(VectorMixin, ParallelMixin, PrefetchMixin, TensorIntrinMixin,
+                  IndexCheckMixin):
     """Emits one PrimFunc.  Expression values are llvmlite values, vectors inside vector mode.
 
     Mode state: ``lanes`` is the vector width while emitting a vectorized loop body, ``lane``
@@ -241,7 +260,7 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, PrefetchMixin, TensorIntrinMixin):
                 raise BuildError(f"function {func.name}: buffer {buf.name} appears twice among "
                                  f"the parameters")
             seen.add(buf)
-        fnty = ir.FunctionType(VOID, [PTR] * len(func.params))
+        fnty = ir.FunctionType(I32, [PTR] * len(func.params))
         fn = ir.Function(self.module, fnty, entry)
         fn.attributes.add("nounwind")
         for arg, buf in zip(fn.args, func.params):
@@ -252,8 +271,9 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, PrefetchMixin, TensorIntrinMixin):
             arg.add_attribute("noalias")
             self.buffers[buf] = arg
         self._begin_function(fn, in_parallel=False)
+        self.begin_checks(func, entry)
         self.stmt(func.body)
-        self.builder.ret_void()
+        self.builder.ret(ir.Constant(I32, 0))
         self._add_metadata(meta)
         return self.module
 
@@ -382,6 +402,7 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, PrefetchMixin, TensorIntrinMixin):
 
     def _store_scalar(self, s: BufferStore) -> None:
         value = self.expr(s.value)
+        self.check_access(s.buffer, s.indices)
         ptr = self.element_ptr_at(s.buffer, s.indices)
         self.builder.store(self.to_memory(value, s.buffer.dtype), ptr,
                            align=dt.nbytes(s.buffer.dtype))
@@ -532,7 +553,9 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, PrefetchMixin, TensorIntrinMixin):
         nbytes = b.and_(b.add(nbytes, ir.Constant(I64, 64)), ir.Constant(I64, -64))
         alloc = self.declare("aligned_alloc", PTR, [I64, I64])
         ptr = b.call(alloc, [ir.Constant(I64, 64), nbytes], name=symbol_name(buf.name))
+        self.frame.heap.append(ptr)
         self._with_buffer(buf, ptr, s.body)
+        self.frame.heap.pop()
         self.builder.call(self.declare("free", VOID, [PTR]), [ptr])
 
     def _with_buffer(self, buf: Buffer, ptr: ir.Value, body) -> None:
@@ -656,6 +679,7 @@ class CodeGenLLVM(VectorMixin, ParallelMixin, PrefetchMixin, TensorIntrinMixin):
     def load(self, e: BufferLoad) -> ir.Value:
         if self.lanes is not None and self.lane is None:
             return self.vector_load(e)
+        self.check_access(e.buffer, e.indices)
         ptr = self.element_ptr_at(e.buffer, e.indices)
         value = self.builder.load(ptr, typ=memory_type(e.buffer.dtype),
                                   align=dt.nbytes(e.buffer.dtype))

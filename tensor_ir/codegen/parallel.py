@@ -3,13 +3,16 @@
 A ``parallel`` loop becomes two internal functions:
 
     NAME__parK_body(buffers..., scalars..., begin, end)   the loop over [begin, end), with
-                                                         noalias buffer arguments
+                                                         noalias buffer arguments; returns
+                                                         0 or a failed index check's number
     NAME__parK(data, team, tid)                           unpacks the captured values, then
                                                          claims chunks of the iterations as
                                                          thread tid of team and calls the
                                                          body on each
 
-and the loop itself becomes a launch of the trampoline on a team of threads, the caller
+(a function with runtime index checks also passes the body its status word, and a thread
+stops claiming chunks once a body reports a failed check: see checks.py), and the loop
+itself becomes a launch of the trampoline on a team of threads, the caller
 included, which returns when all are done.  Allocations inside the loop land in the body
 function's entry block, so each thread has its own.  Two runtimes launch it (``set_runtime``):
 
@@ -115,12 +118,16 @@ class ParallelMixin:
         loop_ty = value_type(s.loop_var.dtype)
         scalar_vals = [self.expr(v) for v in var_caps]
         buf_vals = [self.buffers[buf] for buf in buf_caps]
+        # The status word of the index checks travels as one more pointer capture.
+        status = self.frame.status
+        if status is not None:
+            scalar_vals.append(status)
         begin = self.index_value(s.min, s.loop_var.dtype)
         extent = self.index_value(s.extent, s.loop_var.dtype)
 
         # 1. The body function: a serial loop over [begin, end).
         arg_types = [PTR] * len(buf_caps) + [v.type for v in scalar_vals] + [loop_ty, loop_ty]
-        body_fn = ir.Function(self.module, ir.FunctionType(VOID, arg_types), stem + "_body")
+        body_fn = ir.Function(self.module, ir.FunctionType(I32, arg_types), stem + "_body")
         body_fn.linkage = "internal"
         body_fn.attributes.add("nounwind")
         body_fn.attributes.add("noinline")
@@ -135,9 +142,12 @@ class ParallelMixin:
         for arg, var in zip(args[len(buf_caps):], var_caps):
             arg.name = symbol_name(var.name)
             self.vars[var] = arg
+        if status is not None:
+            args[-3].name = "status"
+            self.frame.status = args[-3]
         args[-2].name, args[-1].name = "begin", "end"
         self.emit_loop(s.loop_var, args[-2], args[-1], lambda: self.loop_body(s))
-        self.builder.ret_void()
+        self.builder.ret(ir.Constant(I32, 0))
 
         # 2. The trampoline: unpack, then claim chunks and run the body on each.
         #    data = {a counter per owner thread (one cache line each), captures..., begin,
@@ -202,6 +212,14 @@ class ParallelMixin:
         # counter only hands out distinct chunk numbers; the captured values were published
         # before the launch by the runtime itself.
         tb.position_at_end(blocks["claim"])
+        if status is not None:
+            # Another thread's chunk failed a check: the kernel's result is an error, so
+            # nothing left is worth running.
+            failed = tb.load_atomic(loaded[len(buf_caps) + len(scalar_vals) - 1],
+                                    "monotonic", 4, typ=I32)
+            go = tramp.append_basic_block("claim.go")
+            tb.cbranch(tb.icmp_unsigned("!=", failed, zero32), blocks["done"], go)
+            tb.position_at_end(go)
         index = tb.atomic_rmw("add", counter, ir.Constant(I64, 1), "monotonic")
         tb.cbranch(tb.icmp_signed("<", index, seg_n), blocks["run"], blocks["next"])
 
@@ -210,8 +228,8 @@ class ParallelMixin:
         last = smin(tb.add(first, chunk), seg_hi)
         if loop_ty != I64:
             first, last = tb.trunc(first, loop_ty), tb.trunc(last, loop_ty)
-        tb.call(body_fn, loaded[:-2] + [tb.add(lo, first), tb.add(lo, last)])
-        tb.branch(blocks["claim"])
+        code = tb.call(body_fn, loaded[:-2] + [tb.add(lo, first), tb.add(lo, last)])
+        tb.cbranch(tb.icmp_unsigned("!=", code, zero32), blocks["done"], blocks["claim"])
 
         tb.position_at_end(blocks["next"])
         k_next = tb.add(k, one)
@@ -249,6 +267,8 @@ class ParallelMixin:
         else:
             launch = self.declare(threadpool.LAUNCH, VOID, [PTR, PTR, I32])
             b.call(launch, [tramp, slot, team])
+        # Either launch returns once every thread of the team is done with its chunks.
+        self.return_if_failed()
 
     def _gomp_wrapper(self, tramp: ir.Function) -> ir.Function:
         """``NAME__parK_gomp(data)``: what GOMP_parallel runs on each thread of its team, the

@@ -232,6 +232,7 @@ class VectorMixin:
 
     def _vector_store(self, s: BufferStore) -> None:
         buf = s.buffer
+        self.check_access(buf, s.indices)
         flat = self.flat_index(buf, s.indices)
         index_varies = self.is_varying(flat)
         value_varies = self.is_varying(s.value)
@@ -261,6 +262,7 @@ class VectorMixin:
     # -- expressions --------------------------------------------------------------------------
     def vector_load(self, e: BufferLoad) -> ir.Value:
         buf = e.buffer
+        self.check_access(buf, e.indices)
         flat = self.flat_index(buf, e.indices)
         elem = memory_type(buf.dtype)
         align = dt.nbytes(buf.dtype)

@@ -543,16 +543,19 @@ def test_fresh_loop_copies_before_each_call_and_times_the_calls_alone():
     from tensor_ir.codegen import LLVMTarget, compile_module
 
     # A kernel that counts its calls in its first argument and copies the first element of
-    # its second into its third, so that each call's view of the rewritten input is seen.
+    # its second into its third, so that each call's view of the rewritten input is seen;
+    # it returns the status of a failed index check, 2, from its fourth call on.
     text = """
-define void @probe(ptr %count, ptr %src, ptr %dst) {
+define i32 @probe(ptr %count, ptr %src, ptr %dst) {
   %c = load i64, ptr %count
   %c1 = add i64 %c, 1
   store i64 %c1, ptr %count
   %v = load float, ptr %src
   store float %v, ptr %dst
   store float -1.0, ptr %src
-  ret void
+  %late = icmp sge i64 %c1, 4
+  %status = select i1 %late, i32 2, i32 0
+  ret i32 %status
 }
 """
     jit = compile_module(text, LLVMTarget()).jit()
@@ -564,17 +567,20 @@ define void @probe(ptr %count, ptr %src, ptr %dst) {
     copies = (ctypes.c_uint64 * 3)(big.ctypes.data, pristine.ctypes.data, big.nbytes)
     harness = _Harness()  # owns the compiled loop: kept alive while it runs
     loop = harness.fresh_loop(3)
+    status = ctypes.c_int32(-1)
     start = time.perf_counter()
-    seconds = loop(jit.function_address("probe"), argv, 1, 5, copies, 1)
+    seconds = loop(jit.function_address("probe"), argv, 1, 3, copies, 1, ctypes.byref(status))
     wall = time.perf_counter() - start
-    assert count[0] == 5
+    assert count[0] == 3 and status.value == 0
     # The kernel spoils its input each call; the copy before the next call restored it.
     assert out[0] == 3.0 and big[0] == -1.0 and big[1] == 3.0
-    # Five 16 MiB copies take milliseconds; the five calls themselves, microseconds.
+    # Three 16 MiB copies take milliseconds; the three calls themselves, microseconds.
     assert 0 < seconds < wall / 10
-    # Without copies it is the plain timed loop.
-    assert loop(jit.function_address("probe"), argv, 1, 3, copies, 0) > 0
-    assert count[0] == 8
+    # Without copies it is the plain timed loop; the first failed status is reported (calls
+    # 4 and 5 fail).
+    assert loop(jit.function_address("probe"), argv, 1, 2, copies, 0, ctypes.byref(status)) > 0
+    assert count[0] == 5 and status.value == 2
+    assert harness.loop(3)(jit.function_address("probe"), argv, 1, 1) == 2
 
 
 def test_measure_input_fresh_inputs_is_a_bool():

@@ -164,16 +164,30 @@ def test_guarded_loads_are_accepted_without_a_new_guard():
     np.testing.assert_array_equal(c, [padded[2 * y: 2 * y + 3].sum() for y in range(4)])
 
 
-def test_data_dependent_index_gets_a_guard():
+def test_data_dependent_index_is_checked_not_zeroed():
+    # An index read from data is the caller's: outside the buffer it is an error in both
+    # the interpreter and the compiled kernel (tensor_ir/codegen/checks.py), not a zero.
+    from autotune.build import build
+    from tensor_ir import KernelIndexError
+
     A = te.placeholder((5,), name="A")
     index = te.placeholder((4,), "int64", name="index")
     B = te.compute((4,), lambda i: A[index[i]], name="B")
     func = te.create_prim_func([A, index, B])
     a = np.arange(1, 6, dtype="float32")
-    idx = np.array([4, 0, 5, -1], "int64")  # two are outside A: they read zero, never crash
-    got_interp, got_llvm = both(func, [a, idx], (4,))
-    np.testing.assert_array_equal(got_interp, [5, 1, 0, 0])
-    np.testing.assert_array_equal(got_llvm, [5, 1, 0, 0])
+    good = np.array([4, 0, 2, 1], "int64")
+    got_interp, got_llvm = both(func, [a, good], (4,))
+    np.testing.assert_array_equal(got_interp, [5, 1, 3, 2])
+    np.testing.assert_array_equal(got_llvm, [5, 1, 3, 2])
+    kernel = build(func)
+    for bad in (5, -1):
+        idx = good.copy()
+        idx[2] = bad
+        with pytest.raises(interp.OutOfBoundsError):
+            interp.run(func, a, idx, np.zeros(4, "float32"))
+        with pytest.raises(KernelIndexError) as info:
+            kernel(a, idx, np.zeros(4, "float32"))
+        assert (info.value.buffer, info.value.index, info.value.extent) == ("A", bad, 5)
 
 
 def test_registry_operators_need_no_guard(monkeypatch):
