@@ -4,6 +4,7 @@
     lib = build_model(model, "llvm", database="tuning.db")    # best records where there are
                                                               # (or those chosen in the model)
     lib = build_model(model, "llvm", lookup=my_lookup)        # lookup(func) -> trace or None
+    lib = build_model(Partition.of(model), "llvm")            # a partition made beforehand
     lib = build_model(model, "opencl", database="tuning.db")  # OpenCL kernels, device buffers
     lib.run({"input": x}); lib.report.coverage; lib.report.fallbacks
 
@@ -47,8 +48,7 @@ from .frontends import load_model
 from .history import choose_record
 from .graph.ir import Model
 from .graph.operators import VIEW
-from .graph.passes import plan_memory
-from .graph.tasks import partition
+from .graph.tasks import Partition
 from .prepack import split_packing
 
 __all__ = [
@@ -162,10 +162,10 @@ def _compile(func: PrimFunc, target: Target, name: str):
 def build_model(model, target: str | Target | None = "llvm", database=None,
                 lookup: Lookup | None = None, seed: int = 0, warn: bool = True,
                 prepack: bool = True) -> Executor:
-    """Compile ``model`` (a Model, or anything ``load_model`` takes) for ``target``: a CPU
-    (``llvm``) target gives an Executor, an ``opencl`` or ``cuda`` one a GPUExecutor (see
-    the module text; BuildError when no OpenCL device matches the target, or for cuda
-    without pycuda or a GPU).
+    """Compile ``model`` (a Model, its Partition as a tuning run made it, or anything
+    ``load_model`` takes) for ``target``: a CPU (``llvm``) target gives an Executor, an
+    ``opencl`` or ``cuda`` one a GPUExecutor (see the module text; BuildError when no OpenCL
+    device matches the target, or for cuda without pycuda or a GPU).
 
     ``lookup(func) -> trace | None`` supplies tuning records (``apply_history_best`` passes
     one); ``database`` (a records.Database or a path) builds such a lookup; with neither, every
@@ -174,8 +174,9 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
     ``report`` says which functions used a record, weighted by their share of FLOPs.
     ``prepack``: a schedule's packing of a weight into another layout is done once here (see
     autotune.prepack) rather than in every call (CPU targets)."""
-    if not isinstance(model, Model):
+    if not isinstance(model, (Model, Partition)):
         model = load_model(model)
+    part = Partition.of(model)
     target = Target("llvm" if target is None else target)
     backend = backend_for(target)
     # A missing device or GPU runtime is named before any function is scheduled (a CPU
@@ -184,13 +185,13 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
     if database is not None:
         if lookup is not None:
             raise BuildError("build_model: pass database= or lookup=, not both")
-        lookup = database_lookup(database, target, model.name)
-    optimized, groups, funcs = partition(model)
+        lookup = database_lookup(database, target, part.name)
+    optimized, groups, funcs, plan = part.model, part.groups, part.funcs, part.plan
 
     # 1. Schedule and compile every structurally unique function once.
     kernels: dict[str, object] = {}
     scheduled_funcs: dict[str, PrimFunc] = {}
-    report = BuildReport(model.name, str(target))
+    report = BuildReport(part.name, str(target))
     by_key: dict[str, FunctionReport] = {}
     for group in groups:
         if group.kind == VIEW:
@@ -224,7 +225,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
     if lookup is not None and warn and report.fallbacks:
         names = ", ".join(f"{f.name} [{f.key[:12]}]" for f in report.fallbacks)
         warnings.warn(f"{len(report.fallbacks)} of {len(report.functions)} fused functions of "
-                      f"{model.name} have no tuning record for {target} and use default "
+                      f"{part.name} have no tuning record for {target} and use default "
                       f"schedules ({1 - report.coverage:.1%} of the FLOPs): {names}",
                       MissingRecordWarning, stacklevel=2)
 
@@ -239,7 +240,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
             continue
         gf = funcs[group.output]
         kernel, args = kernels[gf.key], gf.params + [group.output]
-        constant = frozenset(k for k, v in enumerate(gf.params) if v in optimized.constants)
+        constant = gf.weight_params
         if constant and prepack and backend.cpu:
             split = splits.get((gf.key, constant))
             if split is None:
@@ -249,7 +250,6 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
                 kernel, args = split[0], _packed_args(args, split[1], optimized.constants,
                                                       packed)
         steps.append(Step(group.name, kernel, args, gf.key))
-    plan = plan_memory(optimized, groups)
     if device is not None:
         from .gpu_executor import GPUExecutor
 

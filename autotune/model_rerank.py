@@ -35,6 +35,7 @@ from tensor_ir.target import Target
 
 from .backends import backend_for
 from .frontends import Model, load_model
+from .graph.tasks import Partition
 from .model_build import build_model, database_lookup
 
 __all__ = ["rerank_in_model"]
@@ -44,10 +45,10 @@ def rerank_in_model(model, target: str | Target, database, k: int = 8, rounds: i
                     min_share: float = 0.05, seed: int = 0, log=False) -> list[dict]:
     """Time the ``k`` best records of each task of ``model`` that takes at least ``min_share``
     of its run inside the built model, ``rounds`` alternating rounds, and store the fastest
-    as the task's choice for this model (see the module text).  ``database``: a
-    records.Database or a path.  Returns per task re-ranked: ``task``, ``key``, ``share``,
-    ``chosen`` (record id), ``best_by_score`` (record id), ``in_model_ms`` ({record id:
-    median ms}), ``seconds``."""
+    as the task's choice for this model (see the module text).  ``model``: also its
+    Partition; ``database``: a records.Database or a path.  Returns per task re-ranked:
+    ``task``, ``key``, ``share``, ``chosen`` (record id), ``best_by_score`` (record id),
+    ``in_model_ms`` ({record id: median ms}), ``seconds``."""
     for name, value in (("k", k), ("rounds", rounds)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"rerank_in_model: {name} must be an int >= 1, got {value!r}")
@@ -58,8 +59,9 @@ def rerank_in_model(model, target: str | Target, database, k: int = 8, rounds: i
     if not backend.cpu:
         raise BuildError(f"rerank_in_model times kernels in a CPU build; {target} is served "
                          f"by the {backend.name} backend")
-    if not isinstance(model, Model):
+    if not isinstance(model, (Model, Partition)):
         model = load_model(model)
+    model = Partition.of(model)
     owned = isinstance(database, (str, os.PathLike))
     db = Database(os.fspath(database), create=False) if owned else database
     say = make_logger(log)
@@ -70,7 +72,7 @@ def rerank_in_model(model, target: str | Target, database, k: int = 8, rounds: i
             db.close()
 
 
-def _rerank(model: Model, target: Target, db: Database, k: int, rounds: int,
+def _rerank(model: Partition, target: Target, db: Database, k: int, rounds: int,
             min_share: float, seed: int, say) -> list[dict]:
     by_score = database_lookup(db, target)
     base = build_model(model, target, lookup=by_score, seed=seed, warn=False)
@@ -116,7 +118,7 @@ def _rerank(model: Model, target: Target, db: Database, k: int, rounds: int,
     return out
 
 
-def _time_in_model(model: Model, target: Target, db: Database, by_score, key: str,
+def _time_in_model(model: Partition, target: Target, db: Database, by_score, key: str,
                    candidates, rounds: int, seed: int) -> dict[int, float]:
     """{record id: median ms of the task's kernels per run} over ``rounds`` alternating
     rounds, each candidate in its own build of the model (the other tasks on their best by

@@ -5,17 +5,18 @@
     with autotune.apply_history_best("tuning.db"):
         lib = autotune.build(autotune.load_model("resnet18"), "llvm")
 
-The model (a zoo name, an .onnx path, an onnx.ModelProto or a Model) is split into tasks: one
-per structurally unique fused function, weighted by how often it occurs
-(autotune.graph.tasks.extract_tasks).  A search.TaskScheduler shares the budget among them
-("gradient" by default: trials go where they are expected to lower the estimated end-to-end
-latency the most; "round-robin" as the simple alternative), running one tuning loop per task
-(search.TuningLoop, the loop of ``autotune.tune``) on shared builder and runner processes,
-each task with its own cost model.  (``share_cost_model=True`` gives all tasks one model, as
-Ansor does; each task's loop then retrains it on every task's data, which costs seconds per
-batch once thousands of records have accumulated, so it is not the default.)  A pre-trained
-model (``cost_model="model.json"``, from ``python -m cost_models pretrain``) seeds every task:
-each starts from its own copy and ranks from the first batch.
+The model (a zoo name, an .onnx path, an onnx.ModelProto or a Model) is partitioned once
+(autotune.graph.tasks.Partition: tasks, weight state, re-ranking and build all take it) into
+tasks: one per structurally unique fused function, weighted by how often it occurs.  A
+search.TaskScheduler shares the budget among them ("gradient" by default: trials go where they
+are expected to lower the estimated end-to-end latency the most; "round-robin" as the simple
+alternative), running one tuning loop per task (search.TuningLoop, the loop of
+``autotune.tune``) on shared builder and runner processes, each task with its own cost model.
+(``share_cost_model=True`` gives all tasks one model, as Ansor does; each task's loop then
+retrains it on every task's data, which costs seconds per batch once thousands of records have
+accumulated, so it is not the default.)  A pre-trained model (``cost_model="model.json"``, from
+``python -m cost_models pretrain``) seeds every task: each starts from its own copy and ranks
+from the first batch.
 
 ``trials`` is the model's total: records stored in the database for the model's tasks on this
 target count, so a run stopped early and started again ends with the same total and never
@@ -53,8 +54,7 @@ from .backends import backend_for
 from .executor import BuildReport
 from .frontends import load_model
 from .graph.ir import Model
-from .graph.passes import fuse_ops, optimize, plan_memory
-from .graph.tasks import extract_tasks
+from .graph.tasks import Partition
 from .measure import MeasureConfig
 from .report import ModelReport, format_report, refresh, store
 from .tune import TuneError, checked_settings, measurement, tuning_loop
@@ -145,15 +145,6 @@ def parse_duration(text: str | float | int) -> float:
     return seconds
 
 
-def _buffer_bytes(buffer) -> int:
-    from tensor_ir import dtype as dt
-
-    count = 1
-    for extent in buffer.const_shape:
-        count *= int(extent)
-    return count * dt.bits(dt.canonical(buffer.dtype)) // 8
-
-
 def similarity_group(func, flops: float) -> str:
     """The scheduler's group of a task (SchedulerTask.group): tasks whose throughputs are
     compared, so that one far behind its siblings is expected to catch up.  The fused
@@ -163,33 +154,30 @@ def similarity_group(func, flops: float) -> str:
     (MobileNetV2's ran at 50-230 GFLOPS, its pointwise ones at 200-470), yet would be
     expected to.  So the name is qualified by the work per output element (the reduction's
     length, with what is fused around it), in powers of two."""
-    outputs = 1
-    for extent in func.params[-1].const_shape:
-        outputs *= int(extent)
-    per_output = flops / max(1, outputs)
+    per_output = flops / max(1, func.params[-1].size)
     if per_output < 1:
         return func.name
     return f"{func.name}/{1 << int(math.log2(per_output))}"
 
 
-def model_tasks(model: Model) -> list[SchedulerTask]:
-    """The model's tasks as the scheduler sees them.  Tasks of one fused function name are
-    told apart by a ``#n`` suffix; those of one name and a like amount of work per output
-    share a group (their throughputs are compared, see similarity_group)."""
+def model_tasks(model: Model | Partition) -> list[SchedulerTask]:
+    """The tasks of a model or its partition as the scheduler sees them.  Tasks of one fused
+    function name are told apart by a ``#n`` suffix; those of one name and a like amount of
+    work per output share a group (their throughputs are compared, see similarity_group)."""
     tasks = []
     seen: dict[str, int] = {}
-    for task in extract_tasks(model):
+    for task in Partition.of(model).tasks:
         seen[task.name] = seen.get(task.name, 0) + 1
         name = task.name if seen[task.name] == 1 else f"{task.name}#{seen[task.name]}"
         tasks.append(SchedulerTask(name, task.key, task.weight, float(task.flops),
-                                   float(sum(_buffer_bytes(b) for b in task.func.params)),
+                                   float(sum(b.nbytes for b in task.func.params)),
                                    group=similarity_group(task.func, task.flops),
                                    func=task.func,
                                    weight_params=tuple(sorted(task.weight_params))))
     return tasks
 
 
-def weights_read_cold(model: Model, target: Target) -> bool:
+def weights_read_cold(model: Model | Partition, target: Target) -> bool:
     """Whether each run of ``model`` on ``target`` reads its weights from memory, so that
     the tuner times its tasks on weights out of cache (MeasureInput.cold_weights), as the
     built model meets them.  One inference streams its weights and its activations through
@@ -204,13 +192,14 @@ def weights_read_cold(model: Model, target: Target) -> bool:
     The activations count once each (each is written once per run and then read)."""
     if not backend_for(target).cpu or not target.l3_cache:
         return False
+    model = model.source if isinstance(model, Partition) else model
     weights = sum(np.asarray(array).nbytes for array in model.constants.values())
     activations = sum(t.nbytes for name, t in model.types.items()
                       if name not in model.constants)
     return 2 * (weights + activations) > target.l3_cache
 
 
-def streamed_bytes(model: Model, target: Target) -> int:
+def streamed_bytes(model: Model | Partition, target: Target) -> int:
     """The bytes one run of ``model`` streams through the caches -- its weights and its
     planned activation buffers (autotune.graph.passes.plan_memory) -- when they exceed the
     private caches of the cores that run it, else 0.  A kernel's weights are then evicted
@@ -227,14 +216,11 @@ def streamed_bytes(model: Model, target: Target) -> int:
     private cache sizes are unknown (0)."""
     if not backend_for(target).cpu or not target.l2_cache:
         return 0
-    optimized = optimize(model)
-    plan = plan_memory(optimized, fuse_ops(optimized))
-    total = plan.total_bytes + sum(np.asarray(array).nbytes
-                                   for array in optimized.constants.values())
+    total = Partition.of(model).run_bytes
     return total if total > target.l2_cache * max(1, target.num_cores) else 0
 
 
-def weight_state(model: Model, target: Target) -> tuple[bool, int]:
+def weight_state(model: Model | Partition, target: Target) -> tuple[bool, int]:
     """How the tuner times the weights of ``model``'s tasks on ``target``: the
     ``(cold_weights, cold_bytes)`` of their MeasureInputs.  Read from memory (copies over
     twice the L3) where weights_read_cold holds, else out of the private caches by the bytes
@@ -312,8 +298,9 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                           else now + parse_duration(time_budget)) if d is not None]
     end_by = min(limits) if limits else None
     model = load_model(model, input_shapes, **(model_options or {}))
-    tasks = model_tasks(model)
-    cold_weights, cold_bytes = weight_state(model, target)
+    part = Partition.of(model)
+    tasks = model_tasks(part)
+    cold_weights, cold_bytes = weight_state(part, target)
     if not tasks:
         raise TuneError(f"tune_model: {model.name} has no fused function to tune")
     if trials is None and end_by is None:
@@ -377,14 +364,14 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                 outcome.stopped != "interrupted":
             from .model_rerank import rerank_in_model
 
-            result.reranked = rerank_in_model(model, target, db, k=rerank_top,
+            result.reranked = rerank_in_model(part, target, db, k=rerank_top,
                                               rounds=rerank_rounds, seed=seed, log=log)
 
         # 6. Build from the records: coverage (and optionally the real latency).
         if build and outcome.stopped != "interrupted":
             from .model_build import build_model, database_lookup
 
-            lib = build_model(model, target, lookup=database_lookup(db, target, model.name),
+            lib = build_model(part, target, lookup=database_lookup(db, target, model.name),
                               seed=seed, warn=False)
             result.build_report = lib.report
             report.coverage = lib.report.coverage

@@ -1,7 +1,7 @@
-"""Fused groups as PrimFuncs, their FLOP counts, and task extraction.
+"""A model's partition (fused groups as PrimFuncs, their tasks), FLOP counts.
 
-    tasks = extract_tasks(model)       # one Task per structurally unique fused function
-    for task in tasks:
+    part = Partition.of(model)         # optimised once: groups, functions, memory plan, tasks
+    for task in part.tasks:            # one Task per structurally unique fused function
         task.func, task.weight, task.flops, task.key
 
 A fused group becomes one PrimFunc by composing the operators' te-level definitions: the
@@ -11,10 +11,14 @@ names are derived from the operators only, so two groups of the same operators o
 shapes give structurally equal functions (the same ``structural_hash``) whatever the node and
 weight names.  A constant of one element read by a broadcast operator is inlined as a number
 (a scale such as 1/sqrt(d) is part of the computation, not an argument).
+Optimising and fusing a large model takes seconds: tuning, re-ranking and building it take
+the one Partition made for it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from tensor_ir import te
 from tensor_ir.expr import BinOp, Call
@@ -25,9 +29,10 @@ from tensor_ir.visitor import collect
 from .errors import GraphError
 from .ir import Model
 from .operators import VIEW, get_op
-from .passes import FusedGroup, fuse_ops, optimize
+from .passes import FusedGroup, MemoryPlan, fuse_ops, optimize, plan_memory
 
-__all__ = ["GroupFunc", "group_func", "count_flops", "Task", "extract_tasks", "partition"]
+__all__ = ["GroupFunc", "group_func", "count_flops", "Task", "Partition", "extract_tasks",
+           "partition"]
 
 _FLOAT_OPS = ("+", "-", "*", "/", "min", "max")
 
@@ -35,12 +40,14 @@ _FLOAT_OPS = ("+", "-", "*", "/", "min", "max")
 @dataclass
 class GroupFunc:
     """The PrimFunc of a fused group; ``params`` are the values passed for its parameters
-    (all but the last, which is the group's output)."""
+    (all but the last, which is the group's output), ``weight_params`` the indices of those
+    that are the model's constant weights (a CPU build packs them once)."""
 
     func: PrimFunc
     params: list[str]
     key: str
     flops: int
+    weight_params: frozenset[int] = frozenset()
 
 
 def group_func(model: Model, group: FusedGroup) -> GroupFunc:
@@ -80,7 +87,8 @@ def group_func(model: Model, group: FusedGroup) -> GroupFunc:
     if not isinstance(out, te.Tensor) or out in placeholders.values():
         raise GraphError(f"group {group.name} computes nothing")
     func = te.create_prim_func([placeholders[v] for v in order] + [out], name=group.name)
-    return GroupFunc(func, order, func.structural_hash(), count_flops(func))
+    weights = frozenset(k for k, v in enumerate(order) if v in model.constants)
+    return GroupFunc(func, order, func.structural_hash(), count_flops(func), weights)
 
 
 def count_flops(func: PrimFunc) -> int:
@@ -127,33 +135,59 @@ class Task:
                 f"key={self.key[:12]})")
 
 
+@dataclass(frozen=True, eq=False)
+class Partition:
+    """A model compiled once: ``source`` as given, ``model`` optimised, its fused ``groups``
+    (topological order), each kernel group's function (``funcs``, by output value), the
+    executor's memory ``plan``, and ``tasks`` in first-occurrence order."""
+
+    source: Model
+    model: Model
+    groups: list[FusedGroup]
+    funcs: dict[str, GroupFunc]
+    plan: MemoryPlan
+    tasks: list[Task]
+
+    @classmethod
+    def of(cls, model: Model | Partition, optimized: bool = False) -> Partition:
+        """The partition of ``model`` (itself if one); ``optimized``: no optimize pass."""
+        if isinstance(model, Partition):
+            return model
+        source, model = model, (model if optimized else optimize(model))
+        groups = fuse_ops(model)
+        funcs = {g.output: group_func(model, g) for g in groups if g.kind != VIEW}
+        tasks: dict[str, Task] = {}
+        for group in groups:
+            gf = funcs.get(group.output)  # None for a view
+            if gf is not None:
+                task = tasks.setdefault(gf.key, Task(group.name, gf.func, gf.key, 0, gf.flops,
+                                                     weight_params=gf.weight_params))
+                task.weight_params &= gf.weight_params  # weights in every group it serves
+                task.weight += 1
+                task.groups.append(group.output)
+        return cls(source, model, groups, funcs, plan_memory(model, groups),
+                   list(tasks.values()))
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def run_bytes(self) -> int:
+        """The bytes one run of the built model touches: its planned activation storages
+        and its (optimised) weights."""
+        return self.plan.total_bytes + sum(np.asarray(array).nbytes
+                                           for array in self.model.constants.values())
+
+
 def partition(model: Model, optimized: bool = False
               ) -> tuple[Model, list[FusedGroup], dict[str, GroupFunc]]:
     """The optimized model, its fused groups and each kernel group's function (keyed by the
-    group's output value)."""
-    if not optimized:
-        model = optimize(model)
-    groups = fuse_ops(model)
-    funcs = {g.output: group_func(model, g) for g in groups if g.kind != VIEW}
-    return model, groups, funcs
+    group's output value): the first fields of ``Partition.of(model, optimized)``."""
+    part = Partition.of(model, optimized)
+    return part.model, part.groups, part.funcs
 
 
 def extract_tasks(model: Model) -> list[Task]:
     """One Task per structurally unique fused function, in first-occurrence order."""
-    optimized, groups, funcs = partition(model)
-    tasks: dict[str, Task] = {}
-    for group in groups:
-        if group.kind == VIEW:
-            continue
-        gf = funcs[group.output]
-        constant = frozenset(k for k, v in enumerate(gf.params) if v in optimized.constants)
-        task = tasks.get(gf.key)
-        if task is None:
-            task = tasks[gf.key] = Task(group.name, gf.func, gf.key, 0, gf.flops,
-                                        weight_params=constant)
-        else:
-            task.weight_params &= constant
-        task.weight += 1
-        task.groups.append(group.output)
-    return list(tasks.values())
-
+    return Partition.of(model).tasks
