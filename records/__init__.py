@@ -26,6 +26,7 @@ from .record import (
     trace_hash,
     trace_text,
 )
+from .store import RecordStore
 from .workload import Workload, describe
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "Database",
     "DatabaseError",
     "MemoryDatabase",
+    "RecordStore",
     "RecordsWarning",
     "TuningRecord",
     "Workload",

@@ -54,7 +54,7 @@ import numpy as np
 
 from cost_models import CostModel, pairwise_accuracy
 from cost_models import features as _features
-from records import Database, Workload
+from records import RecordStore, Workload
 from schedules.postproc import replay
 from schedules.space import DesignSpace
 from schedules.trace import Trace
@@ -170,15 +170,15 @@ class TuningLoop:
     """Runs the search for one workload (``space.func``) on ``space.target``.
 
     ``builder``/``runner``: a :class:`~search.measure.Builder` and a
-    :class:`~search.measure.Runner`; ``database``: a records.Database (a MemoryDatabase when
-    nothing is to be kept); ``config``: a SearchConfig (``batch_size`` candidates per
-    measured batch, ``warm_start`` best records to resume from, ``retrain_ratio``: see the
-    module text); ``measure_config``: the settings stored with each record; ``log``: see
-    :func:`make_logger`; ``seed_traces``: decided traces measured first (e.g. the default
-    schedule)."""
+    :class:`~search.measure.Runner`; ``database``: a records.RecordStore (a records.Database,
+    or a MemoryDatabase when nothing is to be kept); ``config``: a SearchConfig
+    (``batch_size`` candidates per measured batch, ``warm_start`` best records to resume from,
+    ``retrain_ratio``: see the module text); ``measure_config``: the settings stored with each
+    record; ``log``: see :func:`make_logger`; ``seed_traces``: decided traces measured first
+    (e.g. the default schedule)."""
 
     def __init__(self, space: DesignSpace, strategy: SearchStrategy, cost_model: CostModel,
-                 builder: Builder, runner: Runner, database: Database, *,
+                 builder: Builder, runner: Runner, database: RecordStore, *,
                  config: SearchConfig | None = None, measure_config=None, log=None,
                  seed_traces: Sequence[Trace] = (), weight_params: Sequence[int] = (),
                  cold_weights: bool = False, fresh_inputs: bool = False, cold_bytes: int = 0):
@@ -187,7 +187,7 @@ class TuningLoop:
                                 ("strategy", strategy, SearchStrategy),
                                 ("cost_model", cost_model, CostModel),
                                 ("builder", builder, Builder), ("runner", runner, Runner),
-                                ("database", database, Database),
+                                ("database", database, RecordStore),
                                 ("config", config, SearchConfig)):
             if not isinstance(obj, kind):
                 raise SearchError(f"TuningLoop: {name} must be a {kind.__name__}, got "
@@ -432,7 +432,7 @@ class TuningLoop:
 
     def _claimed_batch(self, count: int, tries: int = 4) -> list[SearchCandidate]:
         """Up to ``count`` new candidates, claimed in the database for this run
-        (``Database.claim``): what another process tuning the same workload into the same
+        (``RecordStore.claim``): what another process tuning the same workload into the same
         file is measuring, or has measured, is set aside and the strategy proposes again."""
         for _ in range(tries):
             t0, p0 = time.perf_counter(), self.timers["predict"]

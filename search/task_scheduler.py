@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from records import Database
+from records import RecordStore
 from tensor_ir.target import Target
 
 from .config import POLICIES, SchedulerConfig, SearchConfig
@@ -208,17 +208,18 @@ class TaskScheduler:
     """Allocates measured batches among ``tasks``; see the module text.
 
     ``make_loop(task) -> TuningLoop`` makes a task's tuning loop (on the scheduler's
-    ``database`` and resolved ``target``).  ``trials``: the model's total budget (None: only
-    the ``deadline`` bounds the run); ``config``: the policy and its parameters
-    (SchedulerConfig); ``search``: the loops' settings (SearchConfig: ``batch_size`` trials
-    per batch, the best ``remeasure_top`` candidates of each task tuned in this run re-timed
-    ``remeasure_rounds`` times at the end, ``seed`` of the random choices);
+    ``database``, a records.RecordStore, and resolved ``target``).  ``trials``: the model's
+    total budget (None: only the ``deadline`` bounds the run); ``config``: the policy and its
+    parameters (SchedulerConfig); ``search``: the loops' settings (SearchConfig:
+    ``batch_size`` trials per batch, the best ``remeasure_top`` candidates of each task tuned
+    in this run re-timed ``remeasure_rounds`` times at the end, ``seed`` of the random
+    choices);
     ``listener(event, scheduler, task)`` hears "start", "batch", "task", "remeasure" and "end";
     ``should_stop()`` is polled between batches; ``log`` takes plain lines (make_logger).
     """
 
     def __init__(self, tasks: Sequence[SchedulerTask],
-                 make_loop: Callable[[SchedulerTask], TuningLoop], database: Database,
+                 make_loop: Callable[[SchedulerTask], TuningLoop], database: RecordStore,
                  target: Target, *, trials: int | None = None, deadline: float | None = None,
                  config: SchedulerConfig | None = None, search: SearchConfig | None = None,
                  listener: Callable | None = None,
