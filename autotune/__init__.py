@@ -8,6 +8,7 @@ from .api import build
 from .build import Kernel, ParamSpec, load_module, parse_target
 from .executor import BenchmarkResult, BuildReport, Executor
 from .frontends import load_model
+from .frontends.pytorch import from_torch
 from .graph import Model
 from .model_build import build_model
 from .history import MissingRecordError, apply_history_best
@@ -18,6 +19,6 @@ __all__ = [
     "build", "load_module", "apply_history_best", "MissingRecordError", "Kernel", "ParamSpec",
     "BuildError", "KernelIndexError",
     "Target", "TargetError", "parse_target", "tune", "TuneResult", "TuneError",
-    "load_model", "build_model", "Model", "Executor", "BuildReport", "BenchmarkResult",
+    "load_model", "from_torch", "build_model", "Model", "Executor", "BuildReport", "BenchmarkResult",
     "tune_model", "TuneModelResult", "CoverageError",
 ]

@@ -1,0 +1,177 @@
+"""Language and speech models exported from Hugging Face ``transformers`` as a user exports
+them, imported, built with default schedules and compared with onnxruntime.
+
+    python -m benchmarks.model_corpus                       # full size: BERT-base, GPT-2, wav2vec2
+    python -m benchmarks.model_corpus --models bert_base    # one of them
+    python -m benchmarks.model_corpus --small --write tests/graph/data/transformers
+                                                            # the small committed versions
+
+Each model is built from its ``transformers`` configuration with random weights (seeded; nothing
+is downloaded), batch 1, a fixed length, and exported with ``torch.onnx.export`` (torch's
+default exporter, opset 18, weights in an external data file) by
+``autotune.frontends.pytorch.export_onnx``:
+
+``bert_base``      BertModel (12 layers, 768 wide, vocabulary 30522): token ids and an
+                   attention mask of 128 tokens, whose last 16 are padding; embeddings and
+                   pooler included.
+``gpt2``           GPT2Model (12 layers, 768 wide): 128 token ids, the causal mask.
+``wav2vec2_base``  Wav2Vec2Model (its 1-D convolution front end and 12 layers): one second of
+                   16 kHz audio.
+
+Per model: the import time, the default build time, and the largest difference from
+onnxruntime on the same inputs relative to the output's scale (``max |ours - ort| / max
+|ort|``, to be at most 1e-4), or the typed error that stopped it.  ``--small`` builds narrow,
+two-layer versions of the same architectures (the same operators), quick enough for the test
+suite; ``--write DIR`` keeps their ONNX files (weights inside) and inputs there
+(``NAME_small.onnx``, ``NAME_small_inputs.npz`` for the small ones).  Needs torch,
+onnxscript and transformers (``pip install "autotune[torch]" transformers``).  Prints JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+SEQ = 128
+PADDING = 16
+AUDIO = 16000
+
+
+def _configs(small: bool) -> dict:
+    import transformers as tf
+
+    narrow = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=64) if small else {}
+    return {
+        "bert_base": (tf.BertConfig(**narrow, **({"vocab_size": 512} if small else {})),
+                      tf.BertModel),
+        "gpt2": (tf.GPT2Config(**({"n_embd": 32, "n_layer": 2, "n_head": 2,
+                                    "vocab_size": 512, "n_positions": SEQ} if small else {})),
+                 tf.GPT2Model),
+        "wav2vec2_base": (tf.Wav2Vec2Config(**narrow, **(
+            {"conv_dim": (32,) * 7, "num_conv_pos_embeddings": 16,
+             "num_conv_pos_embedding_groups": 2} if small else {})), tf.Wav2Vec2Model),
+    }
+
+
+def _inputs(name: str, config, rng) -> dict:
+    if name == "wav2vec2_base":
+        return {"input_values": rng.standard_normal((1, AUDIO)).astype(np.float32)}
+    ids = rng.integers(0, config.vocab_size, (1, SEQ)).astype(np.int64)
+    if name == "gpt2":
+        return {"input_ids": ids}
+    mask = np.ones((1, SEQ), np.int64)
+    mask[0, SEQ - PADDING:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+class _Last(object):
+    """The module's main output alone (a tensor, not the model-output dataclass)."""
+
+    def __new__(cls, module):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = module
+
+            def forward(self, *args):
+                return self.inner(*args, return_dict=False)[0]
+
+        return Wrapped()
+
+
+def export(name: str, small: bool, folder: str) -> tuple[str, dict]:
+    """(ONNX path, inputs) of model ``name`` exported into ``folder``."""
+    import torch
+
+    from autotune.frontends.pytorch import export_onnx
+
+    config, cls = _configs(small)[name]
+    torch.manual_seed(0)
+    module = cls(config).eval()
+    feed = _inputs(name, config, np.random.default_rng(0))
+    args = tuple(torch.from_numpy(v) for v in feed.values())
+    path = export_onnx(_Last(module), args, os.path.join(folder, f"{name}.onnx"),
+                       input_names=list(feed), output_names=["output"])
+    return path, feed
+
+
+def check(path: str, feed: dict, threads: int = 2) -> dict:
+    """Import, build and compare ``path`` with onnxruntime (see the module text)."""
+    import onnxruntime as ort
+
+    import autotune
+
+    out: dict = {}
+    try:
+        start = time.perf_counter()
+        model = autotune.load_model(path)
+        out["import_s"] = round(time.perf_counter() - start, 2)
+        out["nodes"] = len(model.nodes)
+        start = time.perf_counter()
+        lib = autotune.build(model, f"llvm -num-cores {threads}")
+        out["build_s"] = round(time.perf_counter() - start, 2)
+        ours = lib.run(feed)
+    except Exception as err:  # noqa: BLE001 - reported per model
+        out["error"] = f"{type(err).__name__}: {err}"[:600]
+        return out
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    sess = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    ref = sess.run(None, feed)[0]
+    got = next(iter(ours.values()))
+    scale = float(np.max(np.abs(ref))) or 1.0
+    out["max_rel_diff"] = float(np.max(np.abs(got.astype(np.float64) - ref)) / scale)
+    out["matches"] = bool(got.shape == ref.shape and out["max_rel_diff"] <= 1e-4)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.model_corpus",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="bert_base,gpt2,wav2vec2_base")
+    parser.add_argument("--small", action="store_true")
+    parser.add_argument("--write", help="keep the exported ONNX files and inputs here")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    import onnx
+    import torch
+    import transformers
+
+    results = {}
+    for name in args.models.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            row: dict = {}
+            try:
+                start = time.perf_counter()
+                path, feed = export(name, args.small, tmp)
+                row["export_s"] = round(time.perf_counter() - start, 2)
+            except Exception as err:  # noqa: BLE001 - reported per model
+                results[name] = {"error": f"export: {type(err).__name__}: {err}"[:600]}
+                continue
+            proto = onnx.load(path)
+            row["opset"] = max(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+            row["weights_mb"] = round(sum(np.prod(t.dims) * 4 for t in proto.graph.initializer)
+                                      / 2**20, 1)
+            row.update(check(path, feed, args.threads))
+            if args.write:
+                os.makedirs(args.write, exist_ok=True)
+                stem = f"{name}_small" if args.small else name
+                onnx.save(proto, os.path.join(args.write, f"{stem}.onnx"))
+                np.savez(os.path.join(args.write, f"{stem}_inputs.npz"), **feed)
+            results[name] = row
+    print(json.dumps({"benchmark": "model_corpus", "small": args.small,
+                      "torch": torch.__version__, "transformers": transformers.__version__,
+                      "onnx": onnx.__version__, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
