@@ -19,13 +19,14 @@ Each in-scope case ends in one of four states:
 A refused case must be explained: its operator is on :data:`OUT_OF_SCOPE` (with the reason it
 is not meant to be supported), or the case is on :data:`KNOWN_FAILURES` (in scope, not done
 yet).  ``tests/graph/test_onnx_conformance.py`` holds both lists to be true, and
-``benchmarks/onnx_conformance.py`` prints the whole picture as JSON.
+``benchmarks/onnx_conformance.py`` prints the whole picture as JSON.  ONNX's whole-model
+suites go through the same :func:`run_case` (``autotune.frontends.onnx_suites``).
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from tensor_ir.errors import TensorIRError
 __all__ = ["CaseResult", "OUT_OF_SCOPE", "OUT_OF_SCOPE_CASES", "KNOWN_FAILURES",
            "TYPED_ERRORS", "collect_cases", "case_scope", "case_operator", "run_case",
            "outputs_match", "explain_refusal", "summarize", "sample_names", "STATIC_INPUTS",
-           "static_inputs"]
+           "static_inputs", "graph_operators", "out_of_scope_operator"]
 
 # The errors the project raises on purpose: a refusal with one of these is "refused", any
 # other exception escaping the import, build or run is a "crash".
@@ -105,50 +106,15 @@ OUT_OF_SCOPE_CASES: dict[str, str] = {
 # In-scope cases that are refused today, each with the reason; the test fails when one of them
 # passes (remove it here) and when a case fails that is on neither list.  Keep it shrinking.
 _KNOWN_BY_REASON: dict[str, tuple[str, ...]] = {
-    '(ConvTranspose): attribute output_shape=[10, 8] is larger than the full output': (
-        'test_convtranspose_output_shape',
-    ),
     '(Einsum): attribute equation=-> term  does not match an operand of rank 0': (
         'test_einsum_scalar',
-    ),
-    'AveragePool: ceil_mode=1 with a partial last window': (
-        'test_averagepool_2d_ceil',
-    ),
-    'AveragePool: dilations=[2, 2]': (
-        'test_averagepool_2d_dilations',
-    ),
-    'AveragePool: only 1-D and 2-D pooling (NCL, NCHW input) is supported, got (1,': (
-        'test_averagepool_3d_default',
-        'test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False',
-        'test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True',
-        'test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False',
-        'test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True',
-        'test_averagepool_3d_dilations_small',
-    ),
-    'ConvTranspose: dilations=[2, 2]': (
-        'test_convtranspose_dilations',
-    ),
-    'ConvTranspose: only 1-D and 2-D transposed convolutions (NCL, NCHW input) are': (
-        'test_convtranspose_3d',
     ),
     'Einsum: equation ...ii ->...i: a letter repeated in one operand (diagonals)': (
         'test_einsum_batch_diagonal',
     ),
-    'MaxPool: dilations=[2, 2]': (
-        'test_maxpool_2d_dilations',
-    ),
     'MaxPool: its optional outputs [z] are used; only the first output is supported': (
         'test_maxpool_with_argmax_2d_precomputed_pads',
         'test_maxpool_with_argmax_2d_precomputed_strides',
-    ),
-    'MaxPool: only 1-D and 2-D pooling (NCL, NCHW input) is supported, got (1, 1, 3': (
-        'test_maxpool_3d_dilations_use_ref_impl_large',
-    ),
-    'MaxPool: only 1-D and 2-D pooling (NCL, NCHW input) is supported, got (1, 1, 4': (
-        'test_maxpool_3d_dilations', 'test_maxpool_3d_dilations_use_ref_impl',
-    ),
-    'MaxPool: only 1-D and 2-D pooling (NCL, NCHW input) is supported, got (1, 3, 3': (
-        'test_maxpool_3d_default',
     ),
     'Pad: pads must be a constant (computed from initializers and static shapes)': (
         'test_center_crop_pad_crop_and_pad_expanded',
@@ -244,17 +210,9 @@ _KNOWN_BY_REASON: dict[str, tuple[str, ...]] = {
         'test_gridsample_volumetric_nearest_align_corners_0',
         'test_gridsample_volumetric_nearest_align_corners_1', 'test_gridsample_zeros_padding',
     ),
-    'no converter yet: LRN': (
-        'test_lrn', 'test_lrn_default',
-    ),
     'no converter yet: LSTM': (
         'test_lstm_batchwise', 'test_lstm_bidirectional', 'test_lstm_defaults',
         'test_lstm_reverse', 'test_lstm_with_initial_bias', 'test_lstm_with_peepholes',
-    ),
-    'no converter yet: LpPool': (
-        'test_lppool_1d_default', 'test_lppool_2d_default', 'test_lppool_2d_dilations',
-        'test_lppool_2d_pads', 'test_lppool_2d_same_lower', 'test_lppool_2d_same_upper',
-        'test_lppool_2d_strides', 'test_lppool_3d_default',
     ),
     'no converter yet: MaxUnpool': (
         'test_maxunpool_export_with_output_shape', 'test_maxunpool_export_without_output_shape',
@@ -355,7 +313,8 @@ def case_operator(case) -> str:
     return nodes[0].op_type if nodes else "<none>"
 
 
-def _graph_operators(case) -> set[str]:
+def graph_operators(case) -> set[str]:
+    """The operators a case's graph uses (``domain.op_type`` outside ONNX's domain)."""
     out = set()
     for node in case.model.graph.node:
         out.add(node.op_type if node.domain in ("", "ai.onnx") else
@@ -363,12 +322,21 @@ def _graph_operators(case) -> set[str]:
     return out
 
 
+def out_of_scope_operator(case) -> str | None:
+    """The out-of-scope reason of the first operator (by name) of the case's graph that is on
+    OUT_OF_SCOPE, as "Op: reason"; None when it uses none."""
+    for op in sorted(graph_operators(case)):
+        if op in OUT_OF_SCOPE:
+            return f"{op}: {OUT_OF_SCOPE[op]}"
+    return None
+
+
 def explain_refusal(case) -> str | None:
     """Why a refused case may be refused: the out-of-scope reason of an operator its graph uses,
     or its known-failure reason; None when neither list covers it."""
-    for op in sorted(_graph_operators(case)):
-        if op in OUT_OF_SCOPE:
-            return f"{op}: {OUT_OF_SCOPE[op]}"
+    why = out_of_scope_operator(case)
+    if why is not None:
+        return why
     if case.name in OUT_OF_SCOPE_CASES:
         return OUT_OF_SCOPE_CASES[case.name]
     return KNOWN_FAILURES.get(case.name)
@@ -449,8 +417,15 @@ def _as_array(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def run_case(case, target: str = "llvm") -> CaseResult:
-    """Import, build and run one case on every data set it has; see the module text."""
+def run_case(case, target: str = "llvm",
+             compare: Callable[[np.ndarray, np.ndarray], str | None] | None = None
+             ) -> CaseResult:
+    """Import, build and run one case on every data set it has; see the module text.
+
+    ``case`` is anything with onnx's TestCase fields ``name``, ``model``, ``data_sets``,
+    ``rtol`` and ``atol`` (the model suites of ``onnx_suites`` make such cases).  ``compare``
+    (got, reference) -> None or the difference replaces :func:`outputs_match` at the case's
+    tolerances."""
     import autotune
     from autotune.frontends.onnx import from_onnx
 
@@ -476,8 +451,9 @@ def run_case(case, target: str = "llvm") -> CaseResult:
                     if value.name not in got:
                         return CaseResult(case.name, operator, "wrong", None,
                                           f"output {value.name!r} is missing")
-                    problem = outputs_match(got[value.name], reference,
-                                            float(case.rtol), float(case.atol))
+                    problem = outputs_match(got[value.name], reference, float(case.rtol),
+                                            float(case.atol)) if compare is None else \
+                        compare(got[value.name], reference)
                     if problem is not None:
                         return CaseResult(case.name, operator, "wrong", None,
                                           f"output {value.name!r}: {problem}")

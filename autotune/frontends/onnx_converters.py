@@ -68,14 +68,15 @@ def _identity(ctx: Importer) -> None:
     ctx.set_output(ctx.inputs()[0])
 
 
-def _window_attrs(ctx: Importer, attrs: dict, kernel_default=None):
-    """kernel_shape, strides and dilations of a 2-D window, each checked: two entries, all
-    positive (a zero stride would divide by zero in the output-size formula)."""
+def _window_attrs(ctx: Importer, attrs: dict, kernel_default=None, rank: int = 2):
+    """kernel_shape, strides and dilations of a window over ``rank`` spatial axes, each
+    checked: one entry per axis, all positive (a zero stride would divide by zero in the
+    output-size formula)."""
     if kernel_default is None and "kernel_shape" not in attrs:
         raise ctx.error("attribute kernel_shape is required")
-    kernel = ctx.ints_attr(attrs, "kernel_shape", kernel_default, length=2, minimum=1)
-    strides = ctx.ints_attr(attrs, "strides", (1, 1), length=2, minimum=1)
-    dilations = ctx.ints_attr(attrs, "dilations", (1, 1), length=2, minimum=1)
+    kernel = ctx.ints_attr(attrs, "kernel_shape", kernel_default, length=rank, minimum=1)
+    strides = ctx.ints_attr(attrs, "strides", (1,) * rank, length=rank, minimum=1)
+    dilations = ctx.ints_attr(attrs, "dilations", (1,) * rank, length=rank, minimum=1)
     return kernel, strides, dilations
 
 
@@ -90,9 +91,12 @@ def _conv(ctx: Importer) -> None:
 
         lift_1d(ctx, _conv, weight=True)
         return
+    if len(xt.shape) == 5:
+        conv_3d(ctx)
+        return
     if len(xt.shape) != 4:
-        raise ctx.unsupported(f"only 1-D and 2-D convolutions (NCL, NCHW input) are "
-                              f"supported, got input shape {xt.shape}")
+        raise ctx.unsupported(f"only 1-D, 2-D and 3-D convolutions (NCL, NCHW, NCDHW input) "
+                              f"are supported, got input shape {xt.shape}")
     if len(wt.shape) != 4:
         raise ctx.error(f"weight of shape {wt.shape} must have rank 4 (OIHW)")
     kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:])
@@ -100,7 +104,7 @@ def _conv(ctx: Importer) -> None:
         raise ctx.bad_attribute("kernel_shape", list(kernel),
                                 f"does not match the weight's shape {wt.shape}")
     group = ctx.int_attr(attrs, "group", 1, minimum=1)
-    pads = _pads_2d(ctx, attrs, xt.shape[2:], kernel, strides, dilations)
+    pads = _window_pads(ctx, attrs, xt.shape[2:], kernel, strides, dilations)
     y = ctx.add("conv2d", [x, w], strides=strides, pads=pads, dilations=dilations,
                 groups=group)
     if len(inputs) > 2 and inputs[2] is not None:
@@ -116,14 +120,16 @@ def _conv(ctx: Importer) -> None:
     ctx.set_output(y)
 
 
-def _pads_2d(ctx: Importer, attrs: dict, spatial, kernel, strides, dilations=(1, 1)):
+def _window_pads(ctx: Importer, attrs: dict, spatial, kernel, strides, dilations=None):
+    """The pads of a window over the axes ``spatial``: every leading pad, then every trailing
+    one (ONNX's order, and the operators'), from ``pads`` or ``auto_pad``."""
+    rank = len(spatial)
+    dilations = (1,) * rank if dilations is None else dilations
     auto = attrs.get("auto_pad", "NOTSET")
     if auto in ("NOTSET", ""):
-        pads = ctx.ints_attr(attrs, "pads", (0, 0, 0, 0), length=4, minimum=0)
-        # ONNX order (top, left, bottom, right) is the library's order too.
-        return pads
+        return ctx.ints_attr(attrs, "pads", (0,) * (2 * rank), length=2 * rank, minimum=0)
     if auto == "VALID":
-        return (0, 0, 0, 0)
+        return (0,) * (2 * rank)
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         before, after = [], []
         for size, k, s, d in zip(spatial, kernel, strides, dilations):
@@ -132,7 +138,7 @@ def _pads_2d(ctx: Importer, attrs: dict, spatial, kernel, strides, dilations=(1,
             small, large = total // 2, total - total // 2
             before.append(small if auto == "SAME_UPPER" else large)
             after.append(large if auto == "SAME_UPPER" else small)
-        return (before[0], before[1], after[0], after[1])
+        return tuple(before) + tuple(after)
     raise ctx.unsupported(f"auto_pad={auto!r}")
 
 
@@ -307,6 +313,11 @@ def _prelu(ctx: Importer) -> None:
     x, slope = ctx.inputs()
     _float_input(ctx, x)
     xs, ss = ctx.type_of(x).shape, ctx.type_of(slope).shape
+    if ctx.opset < 7 and len(ss) == 1 and len(xs) >= 2 and ss[0] == xs[1] != 1:
+        # Before opset 7 a slope of one value per channel applies along axis 1 (PyTorch's
+        # opset-6 exports write its per-channel slope as (C,)); numpy's rule came with 7.
+        slope = ctx.add("reshape", [slope], shape=ss + (1,) * (len(xs) - 2))
+        ss = ctx.type_of(slope).shape
     # ONNX broadcasts the slope to X one way, numpy's rule aligning trailing axes (PyTorch
     # exports a per-channel slope as (C, 1, 1)).
     try:
@@ -423,39 +434,56 @@ def _pool(ctx: Importer) -> None:
 
         lift_1d(ctx, _pool, weight=False)
         return
-    if len(xt.shape) != 4:
-        raise ctx.unsupported(f"only 1-D and 2-D pooling (NCL, NCHW input) is supported, got "
-                              f"{xt.shape}")
-    kernel, strides, dilations = _window_attrs(ctx, attrs)
-    if dilations != (1, 1):
-        raise ctx.unsupported(f"dilations={list(dilations)}")
-    pads = _pads_2d(ctx, attrs, xt.shape[2:], kernel, strides)
+    if len(xt.shape) not in (4, 5):
+        raise ctx.unsupported(f"only 1-D, 2-D and 3-D pooling (NCL, NCHW, NCDHW input) is "
+                              f"supported, got {xt.shape}")
+    kernel, strides, dilations, pads, extra = pool_window(ctx, attrs, xt.shape)
+    rank = len(kernel)
+    average = ctx.node.op_type == "AveragePool"
+    # The 2-D operators (which the blocked layout knows) where they apply; the n-D ones for
+    # volumes, dilated windows and an average's partial ceil-mode windows.
+    general = rank != 2 or dilations != (1,) * rank or (average and any(extra))
+    if not average:
+        y = ctx.add("max_pool_nd", [x], kernel=kernel, strides=strides, pads=pads,
+                    dilations=dilations) if general else \
+            ctx.add("max_pool2d", [x], kernel=kernel, strides=strides, pads=pads)
+    else:
+        include = bool(ctx.int_attr(attrs, "count_include_pad", 0, minimum=0, maximum=1))
+        y = ctx.add("avg_pool_nd", [x], kernel=kernel, strides=strides, pads=pads,
+                    dilations=dilations, count_include_pad=include, ceil_pads=extra) \
+            if general else ctx.add("avg_pool2d", [x], kernel=kernel, strides=strides,
+                                    pads=pads, count_include_pad=include)
+    ctx.set_output(y)
+
+
+def pool_window(ctx: Importer, attrs: dict, shape) -> tuple:
+    """(kernel, strides, dilations, pads, ceil pads) of a pooling node over an input of
+    ``shape``: the pads include the trailing ones that ceil_mode adds (``ceil pads``)."""
+    rank = len(shape) - 2
+    kernel, strides, dilations = _window_attrs(ctx, attrs, rank=rank)
+    pads = _window_pads(ctx, attrs, shape[2:], kernel, strides, dilations)
     # As onnxruntime: a pad as wide as the window would give windows of padding only (-inf for
     # a max, 0/0 for an average that excludes padding).
     if any(p >= k for p, k in zip(pads, kernel + kernel)):
         raise ctx.bad_attribute("pads", list(pads), f"must be smaller than kernel_shape "
                                                     f"{list(kernel)}")
+    extra = (0,) * rank
     if ctx.int_attr(attrs, "ceil_mode", 0, minimum=0, maximum=1):
-        # Ceil mode adds a partial window at the end: pad the bottom/right so that the floor
-        # formula gives the same size (max pool ignores padding; an average would not).
-        pt, pl, pb, pr = pads
+        # Ceil mode adds a partial window at the end: pad the end so that the floor formula
+        # gives the same size (a max ignores padding; an average is told which pads these
+        # are, so that it does not count them).
         extra = []
-        for size, k, s, b, a in zip(xt.shape[2:], kernel, strides, (pt, pl), (pb, pr)):
-            floor_out = (size + b + a - k) // s + 1
-            ceil_out = -(-(size + b + a - k) // s) + 1
-            if (ceil_out - 1) * s >= size + b:
+        for axis, (size, k, s, d) in enumerate(zip(shape[2:], kernel, strides, dilations)):
+            begin, end = pads[axis], pads[rank + axis]
+            span = size + begin + end - (k - 1) * d - 1
+            ceil_out = -(-span // s) + 1
+            if (ceil_out - 1) * s >= size + begin:
                 ceil_out -= 1  # the last window must start inside the input or left pad
-            extra.append((ceil_out - floor_out) * s)
-        if any(extra) and ctx.node.op_type == "AveragePool":
-            raise ctx.unsupported("ceil_mode=1 with a partial last window")
-        pads = (pt, pl, pb + extra[0], pr + extra[1])
-    if ctx.node.op_type == "MaxPool":
-        y = ctx.add("max_pool2d", [x], kernel=kernel, strides=strides, pads=pads)
-    else:
-        include = ctx.int_attr(attrs, "count_include_pad", 0, minimum=0, maximum=1)
-        y = ctx.add("avg_pool2d", [x], kernel=kernel, strides=strides, pads=pads,
-                    count_include_pad=bool(include))
-    ctx.set_output(y)
+            # Just enough padding for the last window to end inside it.
+            extra.append(max(0, (ceil_out - 1) * s + (k - 1) * d + 1 - (size + begin + end)))
+        extra = tuple(extra)
+        pads = pads[:rank] + tuple(p + e for p, e in zip(pads[rank:], extra))
+    return kernel, strides, dilations, pads, extra
 
 
 @_converter("GlobalAveragePool", "GlobalMaxPool")
@@ -1010,47 +1038,53 @@ def _conv_transpose(ctx: Importer) -> None:
 
         lift_1d(ctx, _conv_transpose, weight=True)
         return
-    if len(xt.shape) != 4:
-        raise ctx.unsupported(f"only 1-D and 2-D transposed convolutions (NCL, NCHW input) "
-                              f"are supported, got input shape {xt.shape}")
-    if len(wt.shape) != 4:
-        raise ctx.error(f"weight of shape {wt.shape} must have rank 4 (C, K/group, kH, kW)")
+    if len(xt.shape) not in (4, 5):
+        raise ctx.unsupported(f"only 1-D, 2-D and 3-D transposed convolutions (NCL, NCHW, "
+                              f"NCDHW input) are supported, got input shape {xt.shape}")
+    rank = len(xt.shape) - 2
+    if len(wt.shape) != rank + 2:
+        raise ctx.error(f"weight of shape {wt.shape} must have rank {rank + 2} (C, K/group, "
+                        f"kernel...)")
     if wt.shape[0] != xt.shape[1]:
         raise ctx.error(f"weight of shape {wt.shape} does not match the input's "
                         f"{xt.shape[1]} channels")
-    kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:])
+    kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:], rank=rank)
     if kernel != wt.shape[2:]:
         raise ctx.bad_attribute("kernel_shape", list(kernel),
                                 f"does not match the weight's shape {wt.shape}")
-    if dilations != (1, 1):
-        raise ctx.unsupported(f"dilations={list(dilations)}")
     group = ctx.int_attr(attrs, "group", 1, minimum=1)
     if xt.shape[1] % group:
         raise ctx.bad_attribute("group", group, f"does not divide the {xt.shape[1]} input "
                                                 f"channels")
-    out_pad = ctx.ints_attr(attrs, "output_padding", (0, 0), length=2, minimum=0)
-    if any(p >= s for p, s in zip(out_pad, strides)):
+    out_pad = ctx.ints_attr(attrs, "output_padding", (0,) * rank, length=rank, minimum=0)
+    if any(p >= max(s, d) for p, s, d in zip(out_pad, strides, dilations)):
         raise ctx.bad_attribute("output_padding", list(out_pad),
-                                f"must be smaller than strides {list(strides)}")
+                                f"must be smaller than strides {list(strides)} or dilations "
+                                f"{list(dilations)}")
     spatial = xt.shape[2:]
-    full = [(i - 1) * s + k + p for i, s, k, p in zip(spatial, strides, kernel, out_pad)]
+    full = [(i - 1) * s + (k - 1) * d + 1 + p
+            for i, s, k, d, p in zip(spatial, strides, kernel, dilations, out_pad)]
     auto = attrs.get("auto_pad", "NOTSET")
-    if "output_shape" in attrs:
-        target = ctx.ints_attr(attrs, "output_shape", ())[-2:]
-        if len(target) != 2:
-            raise ctx.bad_attribute("output_shape", attrs["output_shape"], "needs H and W")
-        total = [f - t for f, t in zip(full, target)]
-        if any(t < 0 for t in total):
-            raise ctx.bad_attribute("output_shape", list(target),
-                                    f"is larger than the full output {full}")
+
+    def split(total, upper):
         # ONNX puts the larger half first unless auto_pad is SAME_UPPER.
-        upper = auto == "SAME_UPPER"
         before = [t // 2 if upper else t - t // 2 for t in total]
-        pads = (before[0], before[1], total[0] - before[0], total[1] - before[1])
+        return tuple(before) + tuple(t - b for t, b in zip(total, before))
+
+    if "output_shape" in attrs:
+        target = ctx.ints_attr(attrs, "output_shape", ())[-rank:]
+        if len(target) != rank:
+            raise ctx.bad_attribute("output_shape", attrs["output_shape"],
+                                    f"needs {rank} spatial sizes")
+        total = [f - t for f, t in zip(full, target)]
+        # A size beyond the full output is reached by output padding (ONNX's reference and
+        # onnxruntime read it so): the missing rows at the end, none cropped.
+        out_pad = tuple(p - min(t, 0) for p, t in zip(out_pad, total))
+        pads = split([max(t, 0) for t in total], auto == "SAME_UPPER")
     elif auto in ("NOTSET", ""):
-        pads = ctx.ints_attr(attrs, "pads", (0, 0, 0, 0), length=4, minimum=0)
+        pads = ctx.ints_attr(attrs, "pads", (0,) * (2 * rank), length=2 * rank, minimum=0)
     elif auto == "VALID":
-        pads = (0, 0, 0, 0)
+        pads = (0,) * (2 * rank)
     elif auto in ("SAME_UPPER", "SAME_LOWER"):
         # The output is input * stride; the padding that removes the rest is split as ONNX
         # says: the larger half at the end for SAME_UPPER, at the beginning for SAME_LOWER.
@@ -1058,13 +1092,20 @@ def _conv_transpose(ctx: Importer) -> None:
         if any(t < 0 for t in total):
             raise ctx.unsupported(f"auto_pad={auto} with kernel {list(kernel)} smaller than "
                                   f"strides {list(strides)}")
-        before = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
-        pads = (before[0], before[1], total[0] - before[0], total[1] - before[1])
+        pads = split(total, auto == "SAME_UPPER")
     else:
         raise ctx.unsupported(f"auto_pad={auto!r}")
+    # conv2d_transpose where it applies; the n-D operator for volumes and dilated kernels.
+    if rank == 2 and dilations == (1, 1) and all(p < s for p, s in zip(out_pad, strides)):
+        def transposed(a, b):
+            return ctx.add("conv2d_transpose", [a, b], strides=strides, pads=tuple(pads),
+                           output_padding=out_pad)
+    else:
+        def transposed(a, b):
+            return ctx.add("conv_transpose_nd", [a, b], strides=strides, pads=tuple(pads),
+                           dilations=dilations, output_padding=out_pad)
     if group == 1:
-        y = ctx.add("conv2d_transpose", [x, w], strides=strides, pads=tuple(pads),
-                    output_padding=out_pad)
+        y = transposed(x, w)
     else:
         # Groups as separate transposed convolutions over channel slices, concatenated.
         per = xt.shape[1] // group
@@ -1076,19 +1117,18 @@ def _conv_transpose(ctx: Importer) -> None:
                     g * per, (g + 1) * per
                 return ctx.add("slice", [value], begin=tuple(begin), end=tuple(end),
                                step=(1,) * len(shape))
-            parts.append(ctx.add("conv2d_transpose", [channels(x, xt.shape),
-                                                      channels(w, wt.shape)],
-                                 strides=strides, pads=tuple(pads), output_padding=out_pad))
+            parts.append(transposed(channels(x, xt.shape), channels(w, wt.shape)))
         y = ctx.add("concat", parts, axis=1)
     if len(inputs) > 2 and inputs[2] is not None:
         bias, channels = inputs[2], wt.shape[1] * group
         if ctx.type_of(bias).shape != (channels,):
             raise ctx.error(f"bias of shape {ctx.type_of(bias).shape} must have shape "
                             f"({channels},), one value per output channel")
+        per_channel = (channels,) + (1,) * rank
         if ctx.is_const(bias):
-            bias = ctx.constant(ctx.const(bias, "bias").reshape(-1, 1, 1), f"{bias}_chw")
+            bias = ctx.constant(ctx.const(bias, "bias").reshape(per_channel), f"{bias}_chw")
         else:
-            bias = ctx.add("reshape", [bias], shape=(channels, 1, 1))
+            bias = ctx.add("reshape", [bias], shape=per_channel)
         y = ctx.add("add", [y, bias])
     ctx.set_output(y)
 
@@ -1202,4 +1242,64 @@ def _einsum(ctx: Importer) -> None:
 
 # The converters of the rest of ONNX's elementwise math, the composite reductions and the
 # gathers register themselves on import.
+def conv_3d(ctx: Importer) -> None:
+    """Conv over a volume (an (N, C, D, H, W) input): the conv3d operator, and the bias as a
+    per-channel add."""
+    attrs = ctx.attrs()
+    inputs = ctx.inputs()
+    x, w = inputs[0], inputs[1]
+    xt, wt = ctx.type_of(x), ctx.type_of(w)
+    if len(wt.shape) != 5:
+        raise ctx.error(f"weight of shape {wt.shape} must have rank 5 (OIDHW)")
+    kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:], rank=3)
+    if kernel != wt.shape[2:]:
+        raise ctx.bad_attribute("kernel_shape", list(kernel),
+                                f"does not match the weight's shape {wt.shape}")
+    group = ctx.int_attr(attrs, "group", 1, minimum=1)
+    pads = _window_pads(ctx, attrs, xt.shape[2:], kernel, strides, dilations)
+    y = ctx.add("conv3d", [x, w], strides=strides, pads=pads, dilations=dilations,
+                groups=group)
+    if len(inputs) > 2 and inputs[2] is not None:
+        bias = inputs[2]
+        if ctx.type_of(bias).shape != (wt.shape[0],):
+            raise ctx.error(f"bias of shape {ctx.type_of(bias).shape} must have shape "
+                            f"({wt.shape[0]},), one value per output channel")
+        bias = ctx.add("reshape", [bias], shape=(wt.shape[0], 1, 1, 1))
+        y = ctx.add("add", [y, bias])
+    ctx.set_output(y)
+
+
+@_converter("LpPool")
+def _lp_pool(ctx: Importer) -> None:
+    """(sum over the window of |x|^p)^(1/p): a sum pool (an average that counts every window
+    element, padding and ceil-mode overhang alike, times the window size) between powers;
+    padding adds zeros, as ONNX's reference reads it."""
+    from .onnx_converters_more import lift_1d
+
+    attrs = ctx.attrs()
+    x = ctx.inputs()[0]
+    _float_input(ctx, x)
+    xt = ctx.type_of(x)
+    if len(xt.shape) == 3:
+        lift_1d(ctx, _lp_pool, weight=False)
+        return
+    if len(xt.shape) not in (4, 5):
+        raise ctx.unsupported(f"only 1-D, 2-D and 3-D pooling (NCL, NCHW, NCDHW input) is "
+                              f"supported, got {xt.shape}")
+    p = ctx.int_attr(attrs, "p", 2, minimum=1)
+    kernel, strides, dilations, pads, _ = pool_window(ctx, attrs, xt.shape)
+    dtype = xt.dtype
+    powered = ctx.add("abs", [x]) if p == 1 else ctx.add("multiply", [x, x]) if p == 2 else \
+        ctx.add("power", [ctx.add("abs", [x]), ctx.constant(np.array(p, dtype))])
+    mean = ctx.add("avg_pool_nd", [powered], kernel=kernel, strides=strides, pads=pads,
+                   dilations=dilations, count_include_pad=True, ceil_pads=(0,) * len(kernel))
+    total = ctx.add("multiply", [mean, ctx.constant(np.array(math.prod(kernel), dtype))])
+    if p == 1:
+        ctx.set_output(total)
+    elif p == 2:
+        ctx.set_output(ctx.add("sqrt", [total]))
+    else:
+        ctx.set_output(ctx.add("power", [total, ctx.constant(np.array(1.0 / p, dtype))]))
+
+
 from . import onnx_converters_more  # noqa: E402,F401

@@ -1,5 +1,6 @@
 """More ONNX converters: elementwise math, variadic Sum/Mean, the log-softmax family, the
-composite reductions, RMSNormalization and the gathers with runtime indices.
+composite reductions, RMSNormalization, the gathers with runtime indices, LRN, LpPool and the
+1-D and 3-D forms of the windowed operators.
 
 Registered into ``onnx_converters.CONVERTERS`` when that module is imported (at its end).
 """
@@ -536,3 +537,21 @@ def _bitshift(ctx: Importer) -> None:
     if direction not in ("LEFT", "RIGHT"):
         raise ctx.bad_attribute("direction", direction, "must be LEFT or RIGHT")
     ctx.set_output(ctx.add("bitshift", ctx.inputs(), direction=direction))
+
+
+@_converter("LRN")
+def _lrn(ctx: Importer) -> None:
+    attrs = ctx.attrs()
+    x = ctx.inputs()[0]
+    _float_input(ctx, x)
+    if len(ctx.type_of(x).shape) < 3:
+        raise ctx.error(f"input of shape {ctx.type_of(x).shape} must have rank 3 or more "
+                        f"(N, C, spatial axes)")
+    if "size" not in attrs:
+        raise ctx.error("attribute size is required")
+    ctx.set_output(ctx.add("lrn", [x], size=ctx.int_attr(attrs, "size", None, minimum=1),
+                           alpha=ctx.float_attr(attrs, "alpha", 1e-4),
+                           beta=ctx.float_attr(attrs, "beta", 0.75),
+                           bias=ctx.float_attr(attrs, "bias", 1.0)))
+
+

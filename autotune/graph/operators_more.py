@@ -9,7 +9,8 @@ each has, as there, a type rule, a te definition and a numpy meaning.
 * isnan / isinf (bool results);
 * mod (ONNX's fmod=0 is the floor remainder of integers, fmod=1 the truncated one);
 * gather / gather_elements with runtime indices (injective: each output element reads one
-  element of the data, at an index loaded from the indices).
+  element of the data, at an index loaded from the indices);
+* lrn, ONNX's local response normalization across channels (a windowed sum of squares).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import math
 import numpy as np
 
 from tensor_ir import te
+from tensor_ir.ops.utils import pad_nd
 
 from .operators import (
     BROADCAST, ELEMWISE, INJECTIVE, binary_infer, broadcast_compute, cast_result, check_op,
@@ -783,3 +785,57 @@ def _bitshift_numpy(arrays, attrs):
 # ONNX's BitShift: unsigned integers, and signed ones (arithmetic shifts) since opset 25.
 register_op("bitshift", BROADCAST, (2, 2), _int_infer("bitshift", True), _bitshift_te,
             _bitshift_numpy)
+
+
+# ---------------------------------------------------------------------------------------------
+# local response normalization (AlexNet, GoogLeNet, ZFNet): each element divided by a power
+# of the sum of squares over a window of neighbouring channels
+# ---------------------------------------------------------------------------------------------
+
+def _lrn_args(attrs):
+    size = int(attrs["size"])
+    # The window around channel c: (size - 1) // 2 channels before it, the rest after.
+    before = (size - 1) // 2
+    return size, before, size - 1 - before, float(attrs.get("alpha", 1e-4)), \
+        float(attrs.get("beta", 0.75)), float(attrs.get("bias", 1.0))
+
+
+def _lrn_infer(types, attrs):
+    x = types[0]
+    check_op(len(x.shape) >= 3 and x.dtype.startswith("float"), "lrn",
+           f"needs a float input of shape (N, C, spatial...), got {x.dtype} {x.shape}")
+    check_op(int(attrs.get("size", 0)) >= 1, "lrn", f"size {attrs.get('size')} must be at "
+                                                    f"least 1")
+    return x
+
+
+def _lrn_te(args, attrs, name):
+    x = args[0]
+    size, before, after, alpha, beta, bias = _lrn_args(attrs)
+    rest = (0,) * (len(x.shape) - 2)
+    padded = pad_nd(x, (0, before) + rest, (0, after) + rest, name=f"{name}_pad")
+    r = te.reduce_axis(size, name="rc")
+
+    def window(*i):
+        at = (i[0], i[1] + r) + tuple(i[2:])
+        return te.sum(padded[at] * padded[at], axis=r)
+
+    total = te.compute(x.shape, window, name=f"{name}_sum")
+    scale, shift, power = _c(alpha / size, x.dtype), _c(bias, x.dtype), _c(beta, x.dtype)
+    return te.compute(x.shape, lambda *i: x[i] / te.power(total[i] * scale + shift, power),
+                      name=name)
+
+
+def _lrn_numpy(arrays, attrs):
+    x = arrays[0]
+    size, before, after, alpha, beta, bias = _lrn_args(attrs)
+    wide = x.astype(np.float64)
+    widths = [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2)
+    squares = np.pad(wide * wide, widths)
+    channels = x.shape[1]
+    total = sum(squares[:, j:j + channels] for j in range(size))
+    return cast_result(wide / (bias + alpha / size * total) ** beta, x.dtype)
+
+
+# attrs: size (channels in the window), alpha, beta, bias as ONNX's LRN.
+register_op("lrn", "reduction", (1, 1), _lrn_infer, _lrn_te, _lrn_numpy)
