@@ -13,12 +13,12 @@ from .graph import Model
 from .model_build import build_model
 from .history import MissingRecordError, apply_history_best
 from .tune import TuneError, TuneResult, tune
-from .tune_model import CoverageError, TuneModelResult, tune_model
+from .tune_model import BuildConfig, CoverageError, RunControl, TuneModelResult, tune_model
 
 __all__ = [
     "build", "load_module", "apply_history_best", "MissingRecordError", "Kernel", "ParamSpec",
     "BuildError", "KernelIndexError",
     "Target", "TargetError", "parse_target", "tune", "TuneResult", "TuneError",
     "load_model", "from_torch", "build_model", "Model", "Executor", "BuildReport", "BenchmarkResult",
-    "tune_model", "TuneModelResult", "CoverageError",
+    "tune_model", "TuneModelResult", "CoverageError", "BuildConfig", "RunControl",
 ]

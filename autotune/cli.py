@@ -36,6 +36,7 @@ TERM=dumb turns the live display off (so does ``--no-live``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -337,12 +338,13 @@ class _Interrupts:
 def _tune(argv) -> int:
     args = _tune_parser().parse_args(argv)
     import autotune
+    import search
     from autotune.measure import MeasureConfig
     from records import DatabaseError
 
     from .progress import Progress
     from .report import format_report
-    from .tune_model import CoverageError, parse_duration
+    from .tune_model import BuildConfig, CoverageError, RunControl, parse_duration
 
     # 1. Everything the user got wrong is found here, before the model is tuned: option
     #    values, a target this machine cannot run, outputs that could not be written.
@@ -371,6 +373,15 @@ def _tune(argv) -> int:
 
             # Read once, up front: a missing or foreign file is a usage error, before tuning.
             cost_model = cost_models.load(args.cost_model_file)
+        # The settings objects check their values as they are made: a bad flag value is a
+        # usage error, found before the model is loaded.
+        search_config = search.SearchConfig(
+            strategy=args.strategy, cost_model=cost_model, batch_size=args.batch_size,
+            seed=args.seed, remeasure_top=args.remeasure_top)
+        sharing = search.SchedulerConfig(policy=args.policy, patience=args.patience)
+        finish = BuildConfig(rerank_top=args.rerank_top, measure_latency=args.measure_latency,
+                             min_coverage=args.min_coverage)
+        limits = RunControl(time_budget=time_budget, deadline=deadline)
         model = autotune.load_model(args.model, input_shapes, **model_options)
         progress = Progress(sys.stderr, model=model.name,
                             live=False if args.no_live else None, log_file=args.log_file)
@@ -390,6 +401,10 @@ def _tune(argv) -> int:
                   file=sys.stderr)
             return EXIT_USAGE
         progress.status = runner.describe
+    elif args.num_workers is not None:
+        from .measure import LocalBuilder
+
+        builder = LocalBuilder(max_workers=args.num_workers)  # closed with the runner below
 
     # 2. The run.
     tally = _RunTally(progress.listener)
@@ -397,17 +412,12 @@ def _tune(argv) -> int:
     try:
         with _Interrupts(progress.line) as interrupts:
             try:
+                control = dataclasses.replace(limits, listener=tally,
+                                              should_stop=interrupts.requested.is_set)
                 result = autotune.tune_model(
-                    model, target, trials=args.trials, database=args.db,
-                    time_budget=time_budget, deadline=deadline, policy=args.policy,
-                    strategy=args.strategy, cost_model=cost_model,
-                    batch_size=args.batch_size, seed=args.seed, num_workers=args.num_workers,
-                    measure_config=config, builder=builder, runner=runner,
-                    patience=args.patience,
-                    remeasure_top=args.remeasure_top, rerank_top=args.rerank_top,
-                    measure_latency=args.measure_latency,
-                    min_coverage=args.min_coverage, listener=tally,
-                    should_stop=interrupts.requested.is_set, log=progress.line)
+                    model, target, trials=args.trials, database=args.db, search=search_config,
+                    measure=config, scheduler=sharing, build=finish, control=control,
+                    builder=builder, runner=runner, log=progress.line)
             except CoverageError as err:
                 result, status = err.result, EXIT_COVERAGE
                 message = str(err)

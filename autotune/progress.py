@@ -1,7 +1,8 @@
 """The live display of a model tuning run, and its plain-text fallback.
 
     progress = Progress(sys.stderr, model="resnet18", log_file="tune.log")
-    autotune.tune_model(..., listener=progress.listener, log=progress.line)
+    autotune.tune_model(..., control=RunControl(listener=progress.listener),
+                        log=progress.line)
     progress.close()
 
 On a terminal the display is redrawn in place (ANSI cursor movement), from the scheduler's

@@ -13,26 +13,26 @@ With a database file, a second run continues from the best stored records and ne
 a candidate measured before for that target.  ``trials`` is the workload's total budget on the
 target: candidates already stored for it count, so the same call run again after a kill (or
 after it finished) measures only what is missing -- nothing once the budget is met.
-``top_up=False`` measures ``trials`` new candidates on top of the stored ones instead.  At the
-end the top few candidates are re-measured interleaved and the best median over those runs is
-what is reported (its spread is stored in the database beside it).  A fixed ``seed`` gives a
-reproducible search (the measured times, and so the choices that follow them, still carry the
-machine's noise).
+``SearchConfig(top_up=False)`` measures ``trials`` new candidates on top of the stored ones
+instead.  At the end the top few candidates are re-measured interleaved and the best median
+over those runs is what is reported (its spread is stored in the database beside it).  A
+fixed ``seed`` gives a reproducible search (the measured times, and so the choices that follow
+them, still carry the machine's noise).
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import cost_models
-import search
 from records import Database, MemoryDatabase
 from schedules.schedule import Schedule
 from schedules.space import DesignSpace
 from schedules.trace import Trace
+from search import MeasureContext, SearchConfig, SearchStrategy, TuningLoop
+from search import create as create_strategy
 from search.loop import LoopResult, TrialResult
 from tensor_ir.errors import TensorIRError
 from tensor_ir.func import PrimFunc
@@ -102,55 +102,52 @@ class TuneResult:
 
 def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
          database: str | os.PathLike | Database | None = None, *,
-         strategy: str | search.SearchStrategy = "evolutionary",
-         cost_model: str | os.PathLike | cost_models.CostModel = "xgb", batch_size: int = 16,
-         seed: int = 0, measure_config: MeasureConfig | None = None, builder=None, runner=None,
-         space: DesignSpace | None = None, remeasure_top: int = 3, remeasure_rounds: int = 3,
-         warm_start: int = 64, top_up: bool = True, log=True, heldout: int = 0) -> TuneResult:
+         search: SearchConfig | None = None, measure: MeasureConfig | None = None,
+         builder=None, runner=None, space: DesignSpace | None = None, log=True
+         ) -> TuneResult:
     """Tune ``func`` for ``target`` until ``trials`` candidates are measured.
 
     ``trials`` counts the candidates already in the database for this workload and target
-    (``top_up=True``, the default): a run resumed after an interruption, or repeated, tops
+    (``search.top_up``, the default): a run resumed after an interruption, or repeated, tops
     the stored total up to ``trials`` and measures nothing when it is there already.
-    ``top_up=False`` measures ``trials`` new candidates whatever is stored.
+    ``SearchConfig(top_up=False)`` measures ``trials`` new candidates whatever is stored.
 
     ``database``: a file path (opened, created if needed, closed at the end), a
-    records.Database, or None (an in-memory one: nothing is kept).  ``strategy`` and
-    ``cost_model``: a registered kind or an instance (kinds are created with ``seed``);
-    ``cost_model`` may also be the path of a saved model (``cost_models.pretrain`` writes one
-    from another database's records): loaded, it ranks candidates from the first batch and
-    is retrained with this run's measurements in memory; the file is never written.
-    ``batch_size``: candidates per measured batch.  ``measure_config``: the runner's timing
-    protocol (when no ``runner`` is given) and what is stored with each record.
+    records.Database, or None (an in-memory one: nothing is kept).  ``search``: a
+    search.SearchConfig (default ``SearchConfig()``): the ``strategy`` and ``cost_model``
+    (a registered kind or an instance; kinds are created with the ``seed``; ``cost_model``
+    may also be the path of a saved model, which ``cost_models.pretrain`` writes from another
+    database's records: loaded, it ranks candidates from the first batch and is retrained
+    with this run's measurements in memory; the file is never written), ``batch_size``
+    candidates per measured batch, the ``warm_start`` best stored records a resumed run
+    starts from, the ``remeasure_top`` candidates re-timed ``remeasure_rounds`` times,
+    interleaved, before the best is reported (0: not), ``top_up``, and ``heldout``: after the
+    search, that many fresh random programs of the space are measured (kept out of the
+    database and of the model's training data) to judge the trained cost model's ranking on
+    candidates it never saw (``TuneResult.model_heldout``; 0: not).  ``measure``: the
+    runner's timing protocol, a MeasureConfig (when no ``runner`` is given; default: the
+    runner's, else MeasureConfig()) and what is stored with each record.
     ``builder``/``runner``: measurement back-ends (default LocalBuilder / LocalRunner, closed
     at the end; those given are left open).  ``space``: a ready DesignSpace of ``func`` (for
-    custom rules or templates).  ``remeasure_top`` candidates are re-timed
-    ``remeasure_rounds`` times, interleaved, before the best is reported (0: not).
-    ``warm_start``: best stored records a resumed run starts from.  ``log``: True prints
-    progress to stderr, False is silent, a logging.Logger or a callable takes the lines.
-    ``heldout``: after the search, that many fresh random programs of the space are measured
-    (kept out of the database and of the model's training data) to judge the trained cost
-    model's ranking on candidates it never saw (``TuneResult.model_heldout``; 0: not).
+    custom rules or templates).
+    ``log``: True prints progress to stderr, False is silent, a logging.Logger or a callable
+    takes the lines.
     """
-    # 1. Check the arguments before starting any process.
+    # 1. Check the arguments before starting any process (the settings objects checked
+    # their own values when they were made).
     if not isinstance(func, PrimFunc):
         raise TuneError(f"autotune.tune needs a PrimFunc, got {type(func).__name__}")
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 0:
         raise TuneError(f"autotune.tune: trials must be an int >= 0, got {trials!r}")
-    settings, config = checked_settings(
-        "autotune.tune", measure_config, runner, batch_size=batch_size, seed=seed,
-        warm_start=warm_start, remeasure_top=remeasure_top, remeasure_rounds=remeasure_rounds)
-    if not isinstance(heldout, int) or isinstance(heldout, bool) or heldout < 0:
-        raise TuneError(f"autotune.tune: heldout must be an int >= 0, got {heldout!r}")
-    if not isinstance(top_up, bool):
-        raise TuneError(f"autotune.tune: top_up must be True or False, got {top_up!r}")
+    settings, config = checked_settings("autotune.tune", search, measure, runner)
     target = target if isinstance(target, Target) else Target(target)
     if space is not None and (not isinstance(space, DesignSpace) or space.func is not func):
         raise TuneError("autotune.tune: space must be a DesignSpace made from the same func")
-    strategy = search.create(strategy, seed=seed) if isinstance(strategy, str) \
-        else search.create(strategy)
+    seed = settings.seed
+    strategy = create_strategy(settings.strategy, seed=seed) \
+        if isinstance(settings.strategy, str) else settings.strategy
     # A kind, a CostModel, or a saved model's file: a pre-trained model ranks from trial 0.
-    cost_model = cost_models.from_spec(cost_model, seed=seed)
+    cost_model = cost_models.from_spec(settings.cost_model, seed=seed)
 
     # 2. Open what is ours to open (and close it, whatever happens).
     with measurement(database, builder, runner, config, "autotune.tune") as opened:
@@ -158,58 +155,53 @@ def tune(func: PrimFunc, target: str | Target = "llvm", trials: int = 64,
         # 3. Search, then re-measure the top before anything is reported.
         loop = tuning_loop(func, target, db, builder, runner, settings, strategy, cost_model,
                            measure_config=config, log=log, space=space)
-        result = loop.run(trials, top_up=top_up)
+        result = loop.run(trials, top_up=settings.top_up)
         remeasured = loop.remeasure_top(settings.remeasure_top, settings.remeasure_rounds)
         out = _result(func, loop, result, remeasured, db, target)
-        if heldout >= 2 and result.trials:
-            out.model_heldout = loop.heldout_accuracy(heldout, seed=seed + 1)
+        if settings.heldout >= 2 and result.trials:
+            out.model_heldout = loop.heldout_accuracy(settings.heldout, seed=seed + 1)
         return out
 
 
-def checked_settings(caller: str, measure_config, runner, **knobs
-                     ) -> tuple[search.SearchConfig, MeasureConfig]:
-    """The settings ``tune`` and ``tune_model`` check alike, before any process starts: the
-    loops' SearchConfig of ``knobs``, and the MeasureConfig to time with (``measure_config``,
-    else the given runner's, else the default).  A bad one is a TuneError naming ``caller``."""
-    try:
-        settings = search.SearchConfig(**knobs)
-    except search.SearchError as err:
-        raise TuneError(f"{caller}: {err}") from None
-    if measure_config is not None and not isinstance(measure_config, MeasureConfig):
-        raise TuneError(f"{caller}: measure_config must be a MeasureConfig, got "
-                        f"{type(measure_config).__name__}")
-    return settings, measure_config or (runner.config if isinstance(runner, Runner)
-                                        and runner.config is not None else MeasureConfig())
+def checked_settings(caller: str, search: SearchConfig | None, measure: MeasureConfig | None,
+                     runner) -> tuple[SearchConfig, MeasureConfig]:
+    """The settings objects ``tune`` and ``tune_model`` were given, or their defaults: the
+    SearchConfig (default ``SearchConfig()``), and the MeasureConfig to time with
+    (``measure``, else the given runner's, else the default).  Their values were checked when
+    they were made; an object of another type is a TuneError naming ``caller``."""
+    if search is not None and not isinstance(search, SearchConfig):
+        raise TuneError(f"{caller}: search must be a search.SearchConfig, got "
+                        f"{type(search).__name__}")
+    if measure is not None and not isinstance(measure, MeasureConfig):
+        raise TuneError(f"{caller}: measure must be a MeasureConfig, got "
+                        f"{type(measure).__name__}")
+    return search or SearchConfig(), measure or (
+        runner.config if isinstance(runner, Runner) and runner.config is not None
+        else MeasureConfig())
 
 
 def tuning_loop(func: PrimFunc, target: Target, database: Database, builder: Builder,
-                runner: Runner, settings: search.SearchConfig,
-                strategy: search.SearchStrategy, cost_model: cost_models.CostModel, *,
-                measure_config: MeasureConfig, log=None,
-                space: DesignSpace | None = None, weight_params: Sequence[int] = (),
-                cold_weights: bool = False, fresh_inputs: bool = False,
-                cold_bytes: int = 0) -> search.TuningLoop:
+                runner: Runner, settings: SearchConfig, strategy: SearchStrategy,
+                cost_model: cost_models.CostModel, *, measure_config: MeasureConfig, log=None,
+                space: DesignSpace | None = None, context: MeasureContext | None = None
+                ) -> TuningLoop:
     """The tuning loop of one workload, as ``tune`` and ``tune_model`` run it: the function's
     design space (or ``space``), with the default schedule -- what a build uses without a
     record -- measured first, so that a short run never ends slower than no tuning at all.
-    ``weight_params``: the parameters that are model weights, ``cold_weights``: whether the
-    model reads them out of the cores' private caches (over ``cold_bytes`` of copies, or from
-    memory when 0), ``fresh_inputs``: whether the activations are rewritten
-    before each timed call, as a model's producers leave them (see MeasureInput)."""
+    ``context``: how the workload sits in its model (its weights, their cache state, fresh
+    activations; see search.MeasureContext), None for a workload timed on its own."""
     seeds = []
     if space is None:
         space = DesignSpace(func, target)
         # The first candidates measured: the backend's (on a CPU the default schedule; a GPU
         # backend seeds none, see autotune.backends.gpu).
         seeds = backend_for(target).tuning_seeds(func, target)
-    return search.TuningLoop(space, strategy, cost_model, builder, runner, database,
-                             config=settings, measure_config=measure_config, log=log,
-                             seed_traces=seeds, weight_params=weight_params,
-                             cold_weights=cold_weights, fresh_inputs=fresh_inputs,
-                             cold_bytes=cold_bytes)
+    return TuningLoop(space, strategy, cost_model, builder, runner, database, config=settings,
+                      measure_config=measure_config, log=log, seed_traces=seeds,
+                      context=context)
 
 
-def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasured, db,
+def _result(func: PrimFunc, loop: TuningLoop, result: LoopResult, remeasured, db,
             target: Target) -> TuneResult:
     """The best record in the database (after re-measurement) as a TuneResult."""
     choice = choose_record(db, func, target)
@@ -237,17 +229,16 @@ def _result(func: PrimFunc, loop: search.TuningLoop, result: LoopResult, remeasu
 
 
 @contextlib.contextmanager
-def measurement(database, builder, runner, config: MeasureConfig, caller: str,
-                max_workers: int | None = None):
+def measurement(database, builder, runner, config: MeasureConfig, caller: str):
     """(database, builder, runner) for a tuning call: those given are used as they are, the
-    others are opened here (open_database; a LocalBuilder of ``max_workers``; a LocalRunner
-    with ``config``) and closed on the way out, whatever happens."""
+    others are opened here (open_database; a LocalBuilder; a LocalRunner with ``config``)
+    and closed on the way out, whatever happens."""
     with contextlib.ExitStack() as stack:
         db, own_db = open_database(database, caller)
         if own_db:
             stack.callback(db.close)
         if builder is None:
-            builder = LocalBuilder(max_workers=max_workers)
+            builder = LocalBuilder()
             stack.callback(builder.close)
         if runner is None:
             runner = LocalRunner(config)

@@ -12,21 +12,27 @@ search.TaskScheduler shares the budget among them ("gradient" by default: trials
 are expected to lower the estimated end-to-end latency the most; "round-robin" as the simple
 alternative), running one tuning loop per task (search.TuningLoop, the loop of
 ``autotune.tune``) on shared builder and runner processes, each task with its own cost model.
-(``share_cost_model=True`` gives all tasks one model, as Ansor does; each task's loop then
-retrains it on every task's data, which costs seconds per batch once thousands of records have
-accumulated, so it is not the default.)  A pre-trained model (``cost_model="model.json"``, from
-``python -m cost_models pretrain``) seeds every task: each starts from its own copy and ranks
-from the first batch.
+(``SchedulerConfig(share_cost_model=True)`` gives all tasks one model, as Ansor does; each
+task's loop then retrains it on every task's data, which costs seconds per batch once
+thousands of records have accumulated, so it is not the default.)  A pre-trained model
+(``SearchConfig(cost_model="model.json")``, from ``python -m cost_models pretrain``) seeds
+every task: each starts from its own copy and ranks from the first batch.
+
+The settings travel as frozen objects, each checked when it is made: ``search=``
+(search.SearchConfig), ``measure=`` (MeasureConfig), ``scheduler=`` (search.SchedulerConfig),
+``build=`` (BuildConfig: re-ranking and the final build) and ``control=`` (RunControl: time
+limits and the hooks of a display).
 
 ``trials`` is the model's total: records stored in the database for the model's tasks on this
 target count, so a run stopped early and started again ends with the same total and never
-measures a candidate twice.  ``time_budget`` (seconds, or text such as "8h", "1h30m") and
-``deadline`` (seconds since the epoch) bound the wall time as well.  A task whose design
+measures a candidate twice.  ``RunControl(time_budget=...)`` (seconds, or text such as "8h",
+"1h30m") and ``RunControl(deadline=...)`` (seconds since the epoch) bound the wall time as
+well.  A task whose design
 space cannot be built, or whose candidates keep failing, is set aside with its error; the
 others go on.  At the end the best candidates of each task tuned in this run are re-measured,
 the report is stored in the database (``tune-model report`` reprints it), and the model is
 built from the database to report its coverage (share of FLOPs served by records);
-``min_coverage`` makes a lower coverage an error.
+``BuildConfig(min_coverage=...)`` makes a lower coverage an error.
 
 ``target="opencl"`` tunes the tasks on this machine's OpenCL device (the GPU design space,
 kernels timed by the local runner through pyopencl) and builds the model there at the end
@@ -35,6 +41,7 @@ kernels timed by the local runner through pyopencl) and builds the model there a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import os
 import re
@@ -45,8 +52,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import cost_models
-import search
 from records import Database
+from search import MeasureContext, SchedulerConfig, SearchConfig, TuningLoop
+from search import create as create_strategy
 from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
 from tensor_ir.target import Target
 
@@ -59,15 +67,16 @@ from .measure import MeasureConfig
 from .report import ModelReport, format_report, refresh, store
 from .tune import TuneError, checked_settings, measurement, tuning_loop
 
-__all__ = ["CoverageError", "TuneModelResult", "model_tasks", "parse_duration", "tune_model"]
+__all__ = ["BuildConfig", "CoverageError", "RunControl", "TuneModelResult", "model_tasks",
+           "parse_duration", "tune_model"]
 
 # Trials per task when neither a budget nor a time limit is given.
 DEFAULT_TRIALS_PER_TASK = 64
 
 
 class CoverageError(TuneError):
-    """tune_model(min_coverage=...): the tuned records cover less of the model than asked.
-    ``result`` holds the run's outcome."""
+    """tune_model(build=BuildConfig(min_coverage=...)): the tuned records cover less of the
+    model than asked.  ``result`` holds the run's outcome."""
 
     def __init__(self, message: str, result: TuneModelResult):
         super().__init__(message)
@@ -231,59 +240,127 @@ def weight_state(model: Model | Partition, target: Target) -> tuple[bool, int]:
     return streamed > 0, streamed
 
 
+@dataclass(frozen=True)
+class BuildConfig:
+    """What :func:`tune_model` does with the records once the search ends.
+
+    rerank_top       on a CPU target, each heavy task's ``rerank_top`` best records are timed
+                     inside the built model (``rerank_rounds`` alternating rounds) and the
+                     fastest there becomes the record builds of this model take
+                     (autotune.model_rerank; 0 or 1: none).
+    rerank_rounds    see rerank_top.
+    build            build the model from the database and report its coverage (the share of
+                     FLOPs served by records) ...
+    measure_latency  ... and time the built model end to end.
+    min_coverage     raise CoverageError below this share of FLOPs (None: never).
+    """
+
+    rerank_top: int = 8
+    rerank_rounds: int = 15
+    build: bool = True
+    measure_latency: bool = False
+    min_coverage: float | None = None
+
+    def __post_init__(self):
+        for name in ("rerank_top", "rerank_rounds"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise TuneError(f"tune_model: {name} must be an int >= 0, got {value!r}")
+        for name in ("build", "measure_latency"):
+            if not isinstance(getattr(self, name), bool):
+                raise TuneError(f"tune_model: {name} must be True or False, got "
+                                f"{getattr(self, name)!r}")
+        coverage = self.min_coverage
+        if coverage is not None and not (isinstance(coverage, (int, float))
+                                         and not isinstance(coverage, bool)
+                                         and 0 <= coverage <= 1):
+            raise TuneError(f"tune_model: min_coverage is a share of FLOPs in [0, 1], got "
+                            f"{coverage!r}")
+
+
+@dataclass(frozen=True)
+class RunControl:
+    """When a :func:`tune_model` run stops, besides its trial budget, and who hears of it.
+
+    time_budget  wall seconds, or text such as "8h", "1h30m" (see parse_duration), counted
+                 from the call.
+    deadline     seconds since the epoch; with both, the earlier one ends the run.
+    listener     ``listener(event, scheduler, task)``, and ``should_stop()`` polled between
+    should_stop  batches: see search.TaskScheduler (the tune-model display and its Ctrl-C
+                 handling use them).
+    """
+
+    time_budget: float | str | None = None
+    deadline: float | None = None
+    listener: Callable | None = None
+    should_stop: Callable[[], bool] | None = None
+
+    def __post_init__(self):
+        if self.time_budget is not None:
+            parse_duration(self.time_budget)
+        if self.deadline is not None and not (isinstance(self.deadline, (int, float))
+                                              and not isinstance(self.deadline, bool)):
+            raise TuneError(f"tune_model: deadline is seconds since the epoch, got "
+                            f"{self.deadline!r}")
+        for name in ("listener", "should_stop"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TuneError(f"tune_model: {name} must be callable, got "
+                                f"{type(getattr(self, name)).__name__}")
+
+    def end_by(self, now: float) -> float | None:
+        """The time (seconds since the epoch) the run ends by, started at ``now``; None: no
+        limit but the trials."""
+        limits = [d for d in (self.deadline, None if self.time_budget is None
+                              else now + parse_duration(self.time_budget)) if d is not None]
+        return min(limits) if limits else None
+
+
 def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                database: str | os.PathLike | Database | None = None, *,
-               time_budget: float | str | None = None, deadline: float | None = None,
-               policy: str = "gradient", strategy: str = "evolutionary",
-               cost_model: str | os.PathLike | cost_models.CostModel = "xgb",
-               share_cost_model: bool = False, batch_size: int = 16,
-               seed: int = 0, num_workers: int | None = None,
-               measure_config: MeasureConfig | None = None, builder=None, runner=None,
-               patience: int | None = None, remeasure_top: int = 3, remeasure_rounds: int = 3,
-               warm_start: int = 64, rerank_top: int = 8, rerank_rounds: int = 15,
-               build: bool = True, measure_latency: bool = False,
-               min_coverage: float | None = None, listener: Callable | None = None,
-               should_stop: Callable[[], bool] | None = None, log=False,
-               input_shapes: dict | None = None, model_options: dict | None = None
+               search: SearchConfig | None = None, measure: MeasureConfig | None = None,
+               scheduler: SchedulerConfig | None = None, build: BuildConfig | None = None,
+               control: RunControl | None = None, builder=None, runner=None, log=False
                ) -> TuneModelResult:
     """Tune ``model`` for ``target``; see the module text.
 
-    ``trials``: the model's total budget (default: 64 per task unless a time limit is
-    given).  ``policy``: "gradient" or "round-robin".  ``strategy``/``cost_model``: kinds as
-    in ``autotune.tune``; ``cost_model`` may also be a saved model's path or a CostModel
-    instance (a pre-trained model): every task then starts from a copy of it (all tasks from
-    the one model with ``share_cost_model``), and the file is never written.
-    ``share_cost_model``: one model for all tasks (see the module text).  ``num_workers``:
-    build processes.  ``builder``/``runner``: measurement back-ends
-    (defaults are made and closed here).  ``patience``: trials without improvement after
-    which a task stops.
-    ``listener(event, scheduler, task)`` and ``should_stop()``: see search.TaskScheduler
-    (the tune-model display and its Ctrl-C handling use them).  ``log``: True, False, a
+    ``model``: a zoo name, an .onnx path, an onnx.ModelProto or a Model (for input shapes or
+    options, pass ``load_model(model, input_shapes, **options)``).  ``trials``: the model's
+    total budget (default: 64 per task unless a time limit is given).  ``search``: a
+    search.SearchConfig, the per-task search (``strategy`` and ``cost_model`` kinds as in
+    ``autotune.tune``; ``cost_model`` may also be a saved model's path or a CostModel
+    instance, a pre-trained model: every task then starts from a copy of it, and the file is
+    never written; ``batch_size``, ``seed``, ``warm_start``, ``remeasure_top`` and
+    ``remeasure_rounds``: the best candidates of each task tuned in this run re-measured at
+    the end).  ``measure``: the MeasureConfig timing protocol (default: the runner's, else
+    MeasureConfig()).  ``scheduler``: a search.SchedulerConfig, how the budget is shared
+    (``policy`` "gradient" or "round-robin", ``patience``: trials without improvement after
+    which a task stops, ``share_cost_model``: one model for all tasks, see the module text).
+    ``build``: a BuildConfig, the re-ranking inside the model and the build at the end
+    (``min_coverage``: raise CoverageError below this share of FLOPs).  ``control``: a
+    RunControl, the time budget, deadline, listener and stop request.
+    ``builder``/``runner``: measurement back-ends (defaults are made and closed here; a
+    LocalBuilder(max_workers=n) given sets the build processes).  ``log``: True, False, a
     logging.Logger or a callable taking lines (the per-task loops' and the scheduler's).
-    ``input_shapes``/``model_options``: passed to ``load_model``.  ``rerank_top``: on a CPU
-    target, after the search each heavy task's ``rerank_top`` best records are timed inside
-    the built model (``rerank_rounds`` alternating rounds) and the fastest there becomes the
-    record builds of this model take (autotune.model_rerank; 0: none).  ``build``: build the model
-    from the database at the end and report coverage (``measure_latency``: and time it);
-    ``min_coverage``: raise CoverageError below this share of FLOPs.
     """
-    # 1. Arguments, before any process starts.
+    # 1. Arguments, before any process starts (the settings objects checked their own
+    # values when they were made; here only that each is of its kind).
     if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool)
                                or trials < 0):
         raise TuneError(f"tune_model: trials must be an int >= 0, got {trials!r}")
-    settings, config = checked_settings(
-        "tune_model", measure_config, runner, batch_size=batch_size, seed=seed,
-        warm_start=warm_start, remeasure_top=remeasure_top, remeasure_rounds=remeasure_rounds)
-    try:
-        sharing = search.SchedulerConfig(policy=policy, patience=patience)
-    except search.SearchError as err:
-        raise TuneError(f"tune_model: {err}") from None
-    for name, value in (("rerank_top", rerank_top), ("rerank_rounds", rerank_rounds)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise TuneError(f"tune_model: {name} must be an int >= 0, got {value!r}")
-    if min_coverage is not None and not 0 <= min_coverage <= 1:
-        raise TuneError(f"tune_model: min_coverage is a share of FLOPs in [0, 1], got "
-                        f"{min_coverage!r}")
+    settings, config = checked_settings("tune_model", search, measure, runner)
+    for name, value, kind in (("scheduler", scheduler, SchedulerConfig),
+                              ("build", build, BuildConfig),
+                              ("control", control, RunControl)):
+        if value is not None and not isinstance(value, kind):
+            raise TuneError(f"tune_model: {name} must be a {kind.__name__}, got "
+                            f"{type(value).__name__}")
+    sharing = scheduler if scheduler is not None else SchedulerConfig()
+    finish = build if build is not None else BuildConfig()
+    control = control if control is not None else RunControl()
+    if not isinstance(settings.strategy, str):
+        raise TuneError("tune_model: search.strategy must be a kind: each task creates its "
+                        "own strategy, seeded per task")
+    seed = settings.seed
     target = target if isinstance(target, Target) else Target(target)
     backend = backend_for(target)
     if not backend.cpu and runner is None:
@@ -294,33 +371,34 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         if problem is not None:
             raise TuneError(f"tune_model: target {target}: {problem}")
     now = time.time()
-    limits = [d for d in (deadline, None if time_budget is None
-                          else now + parse_duration(time_budget)) if d is not None]
-    end_by = min(limits) if limits else None
-    model = load_model(model, input_shapes, **(model_options or {}))
+    end_by = control.end_by(now)
+    model = load_model(model)
     part = Partition.of(model)
     tasks = model_tasks(part)
     cold_weights, cold_bytes = weight_state(part, target)
+    # How every task sits in the model; each task's loop adds its own weight parameters.
+    # Activations as their producer leaves them (see MeasureInput.fresh_inputs) are a CPU
+    # runner's protocol.
+    in_model = MeasureContext(cold_weights=cold_weights, cold_bytes=cold_bytes,
+                              fresh_inputs=backend.cpu)
     if not tasks:
         raise TuneError(f"tune_model: {model.name} has no fused function to tune")
     if trials is None and end_by is None:
         trials = DEFAULT_TRIALS_PER_TASK * len(tasks)
-    # Unknown kinds fail here, before any task is set aside for them.
-    search.create(strategy, seed=seed)
     # A kind is created per task with the task's seed; a saved (pre-trained) model is read
     # once here and each task gets its own copy, so what one task's measurements teach it
     # stays with that task, as with a fresh model per task.
+    cost_model = settings.cost_model
     start_model = cost_models.from_spec(cost_model, seed=seed)
     by_kind = isinstance(cost_model, str) and cost_model in cost_models.kinds()
-    shared_model = start_model if share_cost_model else None
+    shared_model = start_model if sharing.share_cost_model else None
 
     # 2. What is ours to open is closed at the end, whatever happens.
-    with measurement(database, builder, runner, config, "tune_model",
-                     max_workers=num_workers) as opened:
+    with measurement(database, builder, runner, config, "tune_model") as opened:
         db, builder, runner = opened
         index = {t.key: i for i, t in enumerate(tasks)}
 
-        def make_loop(task: SchedulerTask) -> search.TuningLoop:
+        def make_loop(task: SchedulerTask) -> TuningLoop:
             task_seed = seed * 1_000_003 + index[task.key]
             if shared_model is not None:
                 model = shared_model
@@ -329,18 +407,16 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
             else:
                 model = copy.deepcopy(start_model)
             return tuning_loop(task.func, target, db, builder, runner, settings,
-                               search.create(strategy, seed=task_seed), model,
+                               create_strategy(settings.strategy, seed=task_seed), model,
                                measure_config=config, log=log,
-                               weight_params=task.weight_params,
-                               cold_weights=cold_weights, cold_bytes=cold_bytes,
-                               # Activations as their producer leaves them (see
-                               # MeasureInput.fresh_inputs); a CPU runner's protocol.
-                               fresh_inputs=backend.cpu)
+                               context=dataclasses.replace(
+                                   in_model, weight_params=task.weight_params))
 
         # 3. Search.
         scheduler = TaskScheduler(
             tasks, make_loop, db, target, trials=trials, deadline=end_by, config=sharing,
-            search=settings, listener=listener, should_stop=should_stop, log=log)
+            search=settings, listener=control.listener, should_stop=control.should_stop,
+            log=log)
         outcome = scheduler.run()
 
         # 4. Report, stored before the build so that an interrupted build loses nothing.
@@ -360,25 +436,26 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
                                              getattr(runner, "host_wait_seconds", 0.0)))
 
         # 5. Each heavy task's record chosen by its time inside the model (CPU targets).
-        if rerank_top > 1 and rerank_rounds > 0 and backend.cpu and \
+        if finish.rerank_top > 1 and finish.rerank_rounds > 0 and backend.cpu and \
                 outcome.stopped != "interrupted":
             from .model_rerank import rerank_in_model
 
-            result.reranked = rerank_in_model(part, target, db, k=rerank_top,
-                                              rounds=rerank_rounds, seed=seed, log=log)
+            result.reranked = rerank_in_model(part, target, db, k=finish.rerank_top,
+                                              rounds=finish.rerank_rounds, seed=seed, log=log)
 
         # 6. Build from the records: coverage (and optionally the real latency).
-        if build and outcome.stopped != "interrupted":
+        if finish.build and outcome.stopped != "interrupted":
             from .model_build import build_model, database_lookup
 
             lib = build_model(part, target, lookup=database_lookup(db, target, model.name),
                               seed=seed, warn=False)
             result.build_report = lib.report
             report.coverage = lib.report.coverage
-            if measure_latency:
+            if finish.measure_latency:
                 result.measured_latency = lib.benchmark().median_ms / 1e3
                 report.measured_latency = result.measured_latency
             store(db, report)
+        min_coverage = finish.min_coverage
         if min_coverage is not None and result.coverage is not None and \
                 result.coverage < min_coverage:
             raise CoverageError(

@@ -39,6 +39,7 @@ import tempfile
 import time
 
 from benchmarks.common import environment
+from search import SearchConfig
 
 
 def main(argv=None) -> int:
@@ -82,8 +83,8 @@ def main(argv=None) -> int:
         # 1. Tune into the database.
         t0 = time.perf_counter()
         result = autotune.tune(func, target, trials=args.trials, database=path,
-                               batch_size=args.batch_size, seed=args.seed,
-                               measure_config=config, log=True)
+                               search=SearchConfig(batch_size=args.batch_size, seed=args.seed),
+                               measure=config, log=True)
         doc["tune_wall_s"] = round(time.perf_counter() - t0, 1)
         doc["trials_measured_now"] = result.trials
         with Database(path) as db:

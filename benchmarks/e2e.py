@@ -354,7 +354,8 @@ def bench_model(name: str, args) -> dict:
     from autotune.measure import MeasureConfig
     from autotune.model_build import build_model
     from autotune.progress import Progress
-    from autotune.tune_model import model_tasks
+    from autotune.tune_model import RunControl, model_tasks
+    from search import SearchConfig
 
     options = SMALL_OPTIONS[name] if args.small else {}
     model = autotune.load_model(name, **options)
@@ -386,10 +387,12 @@ def bench_model(name: str, args) -> dict:
         start = time.perf_counter()
         with Progress(sys.stderr, model=name, live=False) as progress:
             result = autotune.tune_model(model, target, trials=budget, database=args.db,
-                                         batch_size=args.batch_size, seed=args.seed,
-                                         measure_config=config, listener=progress.listener,
-                                         log=progress.line,
-                                         remeasure_top=1 if args.small else 3)
+                                         search=SearchConfig(batch_size=args.batch_size,
+                                                             seed=args.seed,
+                                                             remeasure_top=1 if args.small else 3),
+                                         measure=config,
+                                         control=RunControl(listener=progress.listener),
+                                         log=progress.line)
         # Tuning alone: the build and the timing below are not part of it.
         tuning_seconds = round(time.perf_counter() - start, 1)
         tuned = build_model(model, target, database=args.db, warn=False)

@@ -18,6 +18,13 @@ default exporter, opset 18, weights in an external data file) by
 ``wav2vec2_base``  Wav2Vec2Model (its 1-D convolution front end and 12 layers): one second of
                    16 kHz audio.
 
+and torchvision's models (``torchvision.models.get_model(name, weights=None)``, random
+weights; a parameter torchvision starts at zero, such as ViT's head, drawn at random too, so
+that the output depends on every layer), batch 1: the classifiers at 224x224 (``vit_b_16``, ``swin_t``, ``convnext_tiny``,
+``maxvit_t``, ...: any name torchvision knows), ``r3d_18`` (video, 16 frames of 112x112) and
+``lraspp_mobilenet_v3_large`` (segmentation, 224x224; its main output).  torchvision is
+needed for those (``pip install torch==2.14.1 torchvision==0.29.1`` here).
+
 Per model: the import time, the default build time, and the largest difference from
 onnxruntime on the same inputs relative to the output's scale (``max |ours - ort| / max
 |ort|``, to be at most 1e-4), or the typed error that stopped it.  ``--small`` builds narrow,
@@ -29,6 +36,7 @@ onnxscript and transformers (``pip install "autotune[torch]" transformers``).  P
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -87,14 +95,59 @@ class _Last(object):
         return Wrapped()
 
 
+# torchvision models whose input is not one 224x224 image.
+VISION_INPUTS = {"r3d_18": (1, 3, 16, 112, 112), "mc3_18": (1, 3, 16, 112, 112),
+                 "r2plus1d_18": (1, 3, 16, 112, 112), "inception_v3": (1, 3, 299, 299)}
+
+
+class _Main(object):
+    """A torchvision model whose forward returns a dict (segmentation): its "out"."""
+
+    def __new__(cls, module):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = module
+
+            def forward(self, x):
+                y = self.inner(x)
+                return y["out"] if isinstance(y, dict) else y
+
+        return Wrapped()
+
+
 def export(name: str, small: bool, folder: str) -> tuple[str, dict]:
     """(ONNX path, inputs) of model ``name`` exported into ``folder``."""
     import torch
 
     from autotune.frontends.pytorch import export_onnx
 
-    config, cls = _configs(small)[name]
+    configs = _configs(small)
     torch.manual_seed(0)
+    if name not in configs:
+        import torchvision
+
+        builder = torchvision.models.get_model_builder(name)
+        options = {"weights": None}
+        if "weights_backbone" in inspect.signature(builder).parameters:
+            options["weights_backbone"] = None   # a segmentation model: nothing downloaded
+        module = builder(**options).eval()
+        with torch.no_grad():
+            # Some heads start at zero (ViT's): the output would be zero whatever the
+            # importer did, and the comparison with onnxruntime would prove nothing.
+            for param in module.parameters():
+                if not param.any():
+                    param.normal_(0.0, 0.02)
+        module = _Main(module)
+        shape = VISION_INPUTS.get(name, (1, 3, 224, 224))
+        feed = {"input": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+        path = export_onnx(module, (torch.from_numpy(feed["input"]),),
+                           os.path.join(folder, f"{name}.onnx"), input_names=["input"],
+                           output_names=["output"])
+        return path, feed
+    config, cls = configs[name]
     module = cls(config).eval()
     feed = _inputs(name, config, np.random.default_rng(0))
     args = tuple(torch.from_numpy(v) for v in feed.values())
@@ -133,6 +186,22 @@ def check(path: str, feed: dict, threads: int = 2) -> dict:
     return out
 
 
+def tune(path: str, trials: int, threads: int, database: str) -> dict:
+    """How ``tune_model`` on ``path`` with ``trials`` ends: trials run, wall time, coverage
+    of the built model, or the error."""
+    import autotune
+
+    start = time.perf_counter()
+    try:
+        result = autotune.tune_model(path, f"llvm -num-cores {threads}", trials=trials,
+                                     database=database, log=False)
+    except Exception as err:  # noqa: BLE001 - reported per model
+        return {"error": f"{type(err).__name__}: {err}"[:600]}
+    return {"trials": trials, "trials_run": result.trials_run,
+            "wall_s": round(time.perf_counter() - start, 1),
+            "coverage": None if result.coverage is None else round(result.coverage, 3)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.model_corpus",
                                      description=__doc__.splitlines()[0])
@@ -140,10 +209,16 @@ def main(argv=None) -> int:
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--write", help="keep the exported ONNX files and inputs here")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tune-trials", type=int, default=0,
+                        help="then tune each model that matched with this many trials (a "
+                             "fresh database) and report how the run ended")
     args = parser.parse_args(argv)
     import onnx
     import torch
-    import transformers
+    try:
+        import transformers
+    except ImportError:
+        transformers = None
 
     results = {}
     for name in args.models.split(","):
@@ -161,6 +236,9 @@ def main(argv=None) -> int:
             row["weights_mb"] = round(sum(np.prod(t.dims) * 4 for t in proto.graph.initializer)
                                       / 2**20, 1)
             row.update(check(path, feed, args.threads))
+            if args.tune_trials and row.get("matches"):
+                row["tune"] = tune(path, args.tune_trials, args.threads,
+                                   os.path.join(tmp, "tuning.db"))
             if args.write:
                 os.makedirs(args.write, exist_ok=True)
                 stem = f"{name}_small" if args.small else name
@@ -168,7 +246,8 @@ def main(argv=None) -> int:
                 np.savez(os.path.join(args.write, f"{stem}_inputs.npz"), **feed)
             results[name] = row
     print(json.dumps({"benchmark": "model_corpus", "small": args.small,
-                      "torch": torch.__version__, "transformers": transformers.__version__,
+                      "torch": torch.__version__,
+                      "transformers": getattr(transformers, "__version__", None),
                       "onnx": onnx.__version__, "results": results}, indent=1))
     return 0
 

@@ -73,6 +73,7 @@ def table_main(args) -> dict:
     programs the model ranks first depends on measurement noise)."""
     import autotune
     from benchmarks.op_table import TABLE, TVM_INDEX, make, relative_error, tolerance
+    from search import SearchConfig
 
     names = [n for n in TABLE if not args.only or n in args.only.split(",")]
     seeds = [int(s) for s in str(args.seeds).split(",")]
@@ -83,7 +84,8 @@ def table_main(args) -> dict:
         for name in names:
             w = make(name)
             t0 = time.perf_counter()
-            r = autotune.tune(w.func, "llvm", trials=args.trials, seed=seed, log=False)
+            r = autotune.tune(w.func, "llvm", trials=args.trials, search=SearchConfig(seed=seed),
+                              log=False)
             wall = time.perf_counter() - t0
             ours_ms = r.best_time * 1e3
             err = relative_error(w, r.best_schedule.func, seed=1) \
@@ -126,6 +128,7 @@ def table_main(args) -> dict:
 def strategies_main(args) -> dict:
     import autotune
     from benchmarks.tune_ops import make_workload
+    from search import SearchConfig
 
     strategies = args.strategies.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -137,8 +140,10 @@ def strategies_main(args) -> dict:
         for strategy in strategies:
             for seed in seeds:
                 t0 = time.perf_counter()
-                r = autotune.tune(func, "llvm", trials=args.trials, strategy=strategy, seed=seed,
-                                  remeasure_top=0, log=False)
+                r = autotune.tune(func, "llvm", trials=args.trials,
+                                  search=SearchConfig(strategy=strategy, seed=seed,
+                                                      remeasure_top=0),
+                                  log=False)
                 curve = [round(v * 1e3, 4) if math.isfinite(v) else None
                          for v in _curve(r.history)]
                 run = {"strategy": strategy, "seed": seed,
@@ -276,6 +281,7 @@ def _transfer_in(args, warm: list, folder: str, source_keys: set, source_records
     import cost_models
     from autotune.frontends import get_model
     from autotune.graph.tasks import extract_tasks
+    from search import SearchConfig
 
     model_path = os.path.join(folder, "pretrained.json")
     t0 = time.perf_counter()
@@ -291,9 +297,11 @@ def _transfer_in(args, warm: list, folder: str, source_keys: set, source_records
             runs = {}
             for mode in ["cold"] + [WARM_MODES[w] for w in warm]:
                 t1 = time.perf_counter()
-                r = autotune.tune(task.func, "llvm", trials=args.trials, seed=args.seed,
-                                  cost_model=_transfer_model(mode, model_path, args.seed),
-                                  remeasure_top=0, log=False)
+                r = autotune.tune(task.func, "llvm", trials=args.trials,
+                                  search=SearchConfig(
+                                      seed=args.seed, remeasure_top=0,
+                                      cost_model=_transfer_model(mode, model_path, args.seed)),
+                                  log=False)
                 runs[mode] = (r, _curve(r.history), time.perf_counter() - t1)
             final = runs["cold"][1][-1]
             task_best = min(curve[-1] for _, curve, _ in runs.values())

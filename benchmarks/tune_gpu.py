@@ -78,6 +78,7 @@ def main(argv=None) -> None:
     import autotune
     from autotune.cuda import cuda_device_facts, cuda_problem, cuda_target
     from autotune.measure import MeasureConfig
+    from search import SearchConfig
 
     known = _ops()
     parser = argparse.ArgumentParser(prog="python -m benchmarks.tune_gpu")
@@ -143,8 +144,10 @@ def main(argv=None) -> None:
                     continue
             t0 = time.perf_counter()
             result = autotune.tune(funcs[name], target, trials=budget, database=args.db,
-                                   measure_config=config, batch_size=args.batch_size,
-                                   seed=0, remeasure_top=3, remeasure_rounds=3, log=False)
+                                   measure=config,
+                                   search=SearchConfig(batch_size=args.batch_size, seed=0,
+                                                       remeasure_top=3, remeasure_rounds=3),
+                                   log=False)
             spent[name] += time.perf_counter() - t0
             history[name] += [t.seconds if t.error_kind is None else float("inf")
                               for t in result.history]

@@ -27,6 +27,7 @@ import tempfile
 import numpy as np
 
 from benchmarks.common import environment, interleaved_medians, reexec_without_openblas_env
+from search import SearchConfig
 
 
 def int8_matmul(n: int):
@@ -81,9 +82,10 @@ def main(argv=None) -> int:
         i8 = int8_matmul(n)
         f32 = matmul(n, n, n)
         print(f"[tune_int8] tuning int8 {n}^3, {args.trials} trials", file=sys.stderr)
-        r8 = autotune.tune(i8, "llvm", trials=args.trials, database=db, seed=0)
+        r8 = autotune.tune(i8, "llvm", trials=args.trials, database=db, search=SearchConfig(seed=0))
         print(f"[tune_int8] tuning fp32 {n}^3, {args.trials} trials", file=sys.stderr)
-        r32 = autotune.tune(f32, "llvm", trials=args.trials, database=db, seed=0)
+        r32 = autotune.tune(f32, "llvm", trials=args.trials, database=db,
+                            search=SearchConfig(seed=0))
     names = [inst.kind for inst in r8.best_trace]
     out["int8_best_is_tensorized"] = "tensorize" in names
     k8 = autotune.build(r8.best_schedule.func, "llvm")

@@ -48,6 +48,7 @@ import sys
 import time
 
 from benchmarks.common import environment, interleaved_medians, reexec_without_openblas_env
+from search import SearchConfig
 
 # name -> (maker, primary metric, numpy callable maker or None)
 WORKLOADS = ("matmul_1024", "matmul_128x768x3072", "dense_1x768x3072", "conv2d",
@@ -129,9 +130,10 @@ def tune_figures(func, trials: list[int], strategy: str, args, flops: float, nby
 
     total = max(trials)
     db = MemoryDatabase()
-    result = autotune.tune(func, "llvm", trials=total, batch_size=args.batch_size,
-                           seed=args.seed, strategy=strategy, builder=builder, runner=runner,
-                           database=db, log=True, heldout=heldout)
+    result = autotune.tune(func, "llvm", trials=total,
+                           search=SearchConfig(batch_size=args.batch_size, seed=args.seed,
+                                               heldout=heldout, strategy=strategy),
+                           builder=builder, runner=runner, database=db, log=True)
     history = result.history
     after: dict[str, dict] = {}
     for n in trials:

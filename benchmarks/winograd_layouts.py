@@ -89,8 +89,7 @@ def run_layer(channels: int, image: int, m: int, trials: int, rounds: int,
     kernels = halves(channels, image, m)
     tuned = {}
     for name, k in kernels.items():
-        result = autotune.tune(k["func"], TARGET, trials=trials, log=False,
-                               measure_config=config)
+        result = autotune.tune(k["func"], TARGET, trials=trials, log=False, measure=config)
         tuned[name] = result.best_func
         print(f"{channels}x{image} F({m},3) {name}: {result.best_time * 1e6:.1f} us tuned",
               file=sys.stderr, flush=True)

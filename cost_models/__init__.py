@@ -9,7 +9,7 @@
 
 Pre-training from a tuning-record database (:mod:`cost_models.pretrain`): a model trained on the
 records of other workloads of the same target family ranks a new workload's candidates before
-any of them is measured, and is what ``autotune.tune(func, cost_model="model.json")`` and
+any of them is measured, and is what ``autotune.tune(func, search=SearchConfig(cost_model="model.json"))`` and
 ``tune-model --cost-model-file`` start from.
 
     data = cost_models.training_set("tuning.db", target="llvm")   # replayed, featurised

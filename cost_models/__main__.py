@@ -5,7 +5,7 @@
     python -m cost_models evaluate --db tuning.db [--folds K] [--top-k K] [same filters]
 
 ``pretrain`` trains a model on every replayable record of one target family and saves it
-(``autotune.tune(func, cost_model="model.json")`` and ``tune-model --cost-model-file`` start
+(``autotune.tune(func, search=SearchConfig(cost_model="model.json"))`` and ``tune-model --cost-model-file`` start
 from it); ``evaluate`` holds whole workloads out and reports how the model ranks their programs
 next to a random model.  Both print JSON on standard output (NaN metrics as null).  A workload
 is named by its key or a unique prefix of it.  Exit status 0 on success, 2 on any error (a

@@ -3,7 +3,7 @@
     data = training_set("tuning.db", target="llvm")       # every record, replayed and featurised
     model = pretrain("tuning.db", out="model.json")         # trained on them, saved
     report = evaluate("tuning.db", folds=5)                 # held-out workloads, model vs random
-    autotune.tune(func, cost_model="model.json")            # a new task starts from the model
+    autotune.tune(func, search=search.SearchConfig(cost_model="model.json"))  # starts from it
 
 Why: a cold cost model ranks nothing until a task's first batches are measured, so the first
 trials of every task are spent at random.  The records of other workloads tuned on the same kind
@@ -187,7 +187,7 @@ def pretrain(db: str | os.PathLike | Database | TrainingSet, out: str | os.PathL
     trained on :func:`training_set` ``(db, **filters)`` (or on ``db`` itself when it is a
     TrainingSet read before), and saved to ``out`` when given.
 
-    The saved file is what ``autotune.tune(func, cost_model=path)`` and ``tune-model
+    The saved file is what ``autotune.tune(func, search=SearchConfig(cost_model=path))`` and ``tune-model
     --cost-model-file`` start from: the model with its training data, so the tuning loop's
     retraining keeps what it learned from the other workloads."""
     data = _data(db, filters)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from . import measure, mutators, simulation
 from .config import SchedulerConfig, SearchConfig
 from .evolutionary import EvolutionarySearch
+from .measure import MeasureContext
 from .loop import LoopResult, TrialResult, TuningLoop, make_logger, workload_cost
 from .mutators import Mutator, default_mutators, mutate
 from .optuna_search import OptunaSearch
@@ -28,6 +29,7 @@ __all__ = [
     "CandidatePool",
     "EvolutionarySearch",
     "LoopResult",
+    "MeasureContext",
     "Mutator",
     "OptunaSearch",
     "PhaseTimers",

@@ -61,7 +61,7 @@ from schedules.trace import Trace
 from tensor_ir.func import PrimFunc
 
 from .config import SearchConfig
-from .measure import Builder, MeasureInput, MeasureResult, Runner, built
+from .measure import Builder, MeasureContext, MeasureInput, MeasureResult, Runner, built
 from .mutators import sampling_signature, transplant
 from .pool import CandidatePool, PhaseTimers, SearchCandidate
 from .strategy import SearchError, SearchStrategy
@@ -175,20 +175,22 @@ class TuningLoop:
     (``batch_size`` candidates per measured batch, ``warm_start`` best records to resume from,
     ``retrain_ratio``: see the module text); ``measure_config``: the settings stored with each
     record; ``log``: see :func:`make_logger`; ``seed_traces``: decided traces measured first
-    (e.g. the default schedule)."""
+    (e.g. the default schedule); ``context``: a MeasureContext, how the workload sits in its
+    model (default: on its own)."""
 
     def __init__(self, space: DesignSpace, strategy: SearchStrategy, cost_model: CostModel,
                  builder: Builder, runner: Runner, database: RecordStore, *,
                  config: SearchConfig | None = None, measure_config=None, log=None,
-                 seed_traces: Sequence[Trace] = (), weight_params: Sequence[int] = (),
-                 cold_weights: bool = False, fresh_inputs: bool = False, cold_bytes: int = 0):
+                 seed_traces: Sequence[Trace] = (), context: MeasureContext | None = None):
         config = config if config is not None else SearchConfig()
+        context = context if context is not None else MeasureContext()
         for name, obj, kind in (("space", space, DesignSpace),
                                 ("strategy", strategy, SearchStrategy),
                                 ("cost_model", cost_model, CostModel),
                                 ("builder", builder, Builder), ("runner", runner, Runner),
                                 ("database", database, RecordStore),
-                                ("config", config, SearchConfig)):
+                                ("config", config, SearchConfig),
+                                ("context", context, MeasureContext)):
             if not isinstance(obj, kind):
                 raise SearchError(f"TuningLoop: {name} must be a {kind.__name__}, got "
                                   f"{type(obj).__name__}")
@@ -215,14 +217,9 @@ class TuningLoop:
         # Seeds are measured first, so that a short tuning run never ends worse than the
         # schedule a build would use without a record.
         self.seed_traces = tuple(seed_traces)
-        # Parameters that are model weights: timed without the candidate's packing of them,
-        # and read cold when the model's are; activations rewritten before each call when the
-        # task runs in a model (see MeasureInput.weight_params, cold_weights, cold_bytes,
-        # fresh_inputs).
-        self.weight_params = tuple(weight_params)
-        self.cold_weights = bool(cold_weights)
-        self.cold_bytes = int(cold_bytes)
-        self.fresh_inputs = bool(fresh_inputs)
+        # How the task sits in its model (weights, their cache state, fresh activations):
+        # copied into every MeasureInput, so candidates are timed as the model runs them.
+        self.context = context
         self._seeds: list[SearchCandidate] = []
         self._signatures: list[tuple] | None = None  # per sketch, once adopt needs them
         self._start = 0.0
@@ -283,10 +280,8 @@ class TuningLoop:
 
     def measure_input(self, func: PrimFunc) -> MeasureInput:
         """A candidate program of this loop as the builder and runner take it."""
-        return MeasureInput(func, self.target, self.workload.key, reference=self.space.func,
-                            weight_params=self.weight_params,
-                            cold_weights=self.cold_weights, fresh_inputs=self.fresh_inputs,
-                            cold_bytes=self.cold_bytes)
+        return self.context.measure_input(func, self.target, self.workload.key,
+                                          reference=self.space.func)
 
     # -- the run -------------------------------------------------------------------------------
     def start(self) -> LoopResult:

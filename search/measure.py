@@ -37,6 +37,7 @@ __all__ = [
     "BuildResult",
     "Builder",
     "MeasureConfig",
+    "MeasureContext",
     "MeasureInput",
     "MeasureResult",
     "Runner",
@@ -131,6 +132,55 @@ class MeasureConfig:
         if not (isinstance(self.quiet_wait, (int, float)) and 0 <= self.quiet_wait < math.inf):
             raise ValueError(f"MeasureConfig.quiet_wait must be a finite number of seconds "
                              f">= 0, got {self.quiet_wait!r}")
+
+
+@dataclass(frozen=True)
+class MeasureContext:
+    """How a workload sits in its model, as its candidates are to be timed: one value per
+    task, made where the model is partitioned, that the tuning loop copies into each
+    MeasureInput (whose fields of the same names say what each one means).  The default is a
+    workload timed on its own: no weights, warm caches, inputs left as they are.
+
+    weight_params  indices of the parameters that are the model's constant weights.
+    cold_weights   the model reads those weights out of cache on every call.
+    cold_bytes     with ``cold_weights``: the bytes the weights are rotated over (0: twice the
+                   host's last-level cache).
+    fresh_inputs   the activations are rewritten before each timed call.
+
+    The indices are checked against a function when a MeasureInput is made
+    (:meth:`measure_input`); here only their kind."""
+
+    weight_params: tuple[int, ...] = ()
+    cold_weights: bool = False
+    cold_bytes: int = 0
+    fresh_inputs: bool = False
+
+    def __post_init__(self):
+        try:
+            indices = tuple(self.weight_params)
+        except TypeError:
+            raise TypeError(f"MeasureContext.weight_params must be parameter indices, got "
+                            f"{self.weight_params!r}") from None
+        if any(not isinstance(k, int) or isinstance(k, bool) or k < 0 for k in indices):
+            raise ValueError(f"MeasureContext.weight_params must be parameter indices "
+                             f"(ints >= 0), got {self.weight_params!r}")
+        object.__setattr__(self, "weight_params", tuple(sorted(set(indices))))
+        for name in ("cold_weights", "fresh_inputs"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"MeasureContext.{name} must be a bool, got "
+                                f"{type(getattr(self, name)).__name__}")
+        if isinstance(self.cold_bytes, bool) or not isinstance(self.cold_bytes, int) \
+                or self.cold_bytes < 0:
+            raise ValueError(f"MeasureContext.cold_bytes must be an int >= 0 (bytes), got "
+                             f"{self.cold_bytes!r}")
+
+    def measure_input(self, func: PrimFunc, target: Target | str, workload_key: str,
+                      reference: PrimFunc | None = None) -> MeasureInput:
+        """The MeasureInput of candidate ``func`` of workload ``workload_key``, timed in this
+        context."""
+        return MeasureInput(func, target, workload_key, reference=reference,
+                            weight_params=self.weight_params, cold_weights=self.cold_weights,
+                            fresh_inputs=self.fresh_inputs, cold_bytes=self.cold_bytes)
 
 
 @dataclass(frozen=True)

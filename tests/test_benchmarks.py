@@ -191,14 +191,16 @@ def test_search_efficiency_transfer_tunes_cold_and_warm(tmp_path):
     import autotune
     from autotune.measure import MeasureConfig
     from benchmarks import search_efficiency
+    from search import SearchConfig
     from tensor_ir import ops
 
     db = tmp_path / "source.db"
     fast = MeasureConfig(repeat=1, min_repeat_ms=1)
     for seed, func in enumerate((ops.matmul(32, 64, 32),
                                  ops.conv2d_nchw(1, 8, 10, 10, 16, 3, 3, padding=1))):
-        autotune.tune(func, "llvm", trials=12, database=str(db), seed=seed, batch_size=6,
-                      measure_config=fast, remeasure_top=0, log=False)
+        autotune.tune(func, "llvm", trials=12, database=str(db),
+                      search=SearchConfig(seed=seed, batch_size=6, remeasure_top=0), measure=fast,
+                      log=False)
     buf = io.StringIO()
     with redirect_stdout(buf):
         assert search_efficiency.main(["transfer", "--pretrain-db", str(db), "--models",

@@ -14,6 +14,7 @@ import autotune
 from autotune import accel
 from records import MemoryDatabase, canonical_target
 from schedules import Schedule, ScheduleError
+from search import SearchConfig
 from search.measure import MeasureConfig, MeasureInput
 from search.simulation import SimulationBuilder
 from tensor_ir import intrinsics, te
@@ -311,9 +312,10 @@ def test_tuning_beats_the_default_schedule_by_5x_and_apply_history_best_rebuilds
     default_cycles = accel.simulate(accel.default_schedule(func).func).cycles
     with MemoryDatabase() as db, accel.AcceleratorRunner() as runner, \
             accel.AcceleratorBuilder(max_workers=2) as builder:
-        result = autotune.tune(func, target, trials=32, database=db,
-                               space=accel.design_space(func), runner=runner, builder=builder,
-                               batch_size=16, seed=0, log=False, remeasure_top=0)
+        result = autotune.tune(func, target, trials=32, database=db, space=accel.design_space(func),
+                               runner=runner, builder=builder,
+                               search=SearchConfig(batch_size=16, seed=0, remeasure_top=0),
+                               log=False)
         best_cycles = accel.cycles_of(result.best_time)
         assert best_cycles == accel.simulate(result.best_func).cycles
         assert default_cycles >= 5 * best_cycles, (default_cycles, best_cycles)

@@ -18,6 +18,7 @@ import autotune
 from autotune.model_build import default_schedule
 from records import Database, Workload
 from schedules.space import DesignSpace
+from search import SearchConfig
 from search.simulation import SimulationBuilder
 from tensor_ir import ops
 from tensor_ir.func import structural_equal
@@ -31,9 +32,9 @@ def tuned(tmp_path_factory):
     path = tmp_path_factory.mktemp("apply_best") / "tuning.db"
     func = ops.matmul(32, 32, 32)
     space = DesignSpace(func, "llvm")
-    result = autotune.tune(func, "llvm", trials=16, database=str(path), batch_size=8, seed=0,
-                           builder=SimulationBuilder(), runner=synthetic_runner(space), space=space,
-                           log=False)
+    result = autotune.tune(func, "llvm", trials=16, database=str(path),
+                           search=SearchConfig(batch_size=8, seed=0), builder=SimulationBuilder(),
+                           runner=synthetic_runner(space), space=space, log=False)
     assert result.trials == 16 and result.best_schedule is not None
     return path, func, result
 

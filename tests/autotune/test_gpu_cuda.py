@@ -16,6 +16,7 @@ import pytest
 import autotune
 from autotune.cuda import cuda_problem
 from benchmarks.gpu_schedules import WORKLOADS, elementwise_add, sgemm_block_tile
+from search import SearchConfig
 from tensor_ir.errors import BuildError
 
 from .test_gpu_schedules import CASES, _params
@@ -220,8 +221,9 @@ def test_tune_finds_correct_programs_on_the_gpu():
     n = 256
     func = _plain_matmul(n, n, n)
     db = MemoryDatabase()
-    best = autotune.tune(func, _target(), trials=32, database=db, measure_config=_fast(),
-                         batch_size=16, remeasure_top=1, remeasure_rounds=1, log=False)
+    best = autotune.tune(func, _target(), trials=32, database=db, measure=_fast(),
+                         search=SearchConfig(batch_size=16, remeasure_top=1, remeasure_rounds=1),
+                         log=False)
     records = db.records(best.workload_key)
     assert len(records) == best.trials == 32
     assert best.best_schedule is not None, [r.error_msg for r in records]

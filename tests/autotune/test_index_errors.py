@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import autotune
+from search import SearchConfig
 from tensor_ir import KernelIndexError
 
 VOCAB, WIDTH, TOKENS = 50, 32, 7
@@ -99,6 +100,7 @@ def test_a_gather_tunes_on_indices_drawn_in_range():
     out = te.compute((40, 64), lambda i, j: table[ids[i], j] + 1.0, name="out")
     func = te.create_prim_func([table, ids, out], name="lookup")
     assert [p.get("bound") for p in param_spec(func)] == [None, 3, None]
-    result = autotune.tune(func, "llvm", trials=8, batch_size=4, seed=0, log=False)
+    result = autotune.tune(func, "llvm", trials=8, search=SearchConfig(batch_size=4, seed=0),
+                           log=False)
     errors = [t for t in result.history if t.error_kind]
     assert result.best_schedule is not None and not errors, errors[:2]

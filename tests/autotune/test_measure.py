@@ -20,6 +20,7 @@ from autotune.measure import (
 )
 from autotune.measure.protocol import compare_outputs, timed_repeats
 from autotune.measure.runner import param_spec, workload_inputs
+from search import SearchConfig
 from tensor_ir import te
 from tensor_ir.expr import FloatImm, Var, const
 from tensor_ir.func import PrimFunc
@@ -396,8 +397,9 @@ def test_norm_tuned_with_vectorised_partial_sums_passes_the_check():
     from benchmarks.op_table import make
 
     w = make("NRM")
-    r = autotune.tune(w.func, "llvm", trials=8, batch_size=8, seed=0, log=False,
-                      remeasure_top=0, space=None)
+    r = autotune.tune(w.func, "llvm", trials=8,
+                      search=SearchConfig(batch_size=8, seed=0, remeasure_top=0), log=False,
+                      space=None)
     assert r.best_schedule is not None
     assert not any(t.error_kind == "wrong_result" for t in r.history), \
         [t.error_kind for t in r.history]

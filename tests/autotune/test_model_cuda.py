@@ -11,10 +11,11 @@ import pytest
 import autotune
 from autotune import cli
 from autotune.cuda import cuda_problem
-from autotune.measure import MeasureConfig
+from autotune.measure import LocalBuilder, MeasureConfig
 from autotune.model_build import build_model
 from autotune.tune import TuneError
 from records import Database
+from search import SearchConfig
 from tensor_ir.errors import BuildError
 
 from ..graph.onnx_models import encoder_layer, run_onnxruntime, small_cnn
@@ -98,9 +99,11 @@ def test_models_match_onnxruntime(make):
 def test_tune_model_stores_cuda_records_that_the_build_uses(tmp_path, mlp_path):
     target = _target()
     db_path = tmp_path / "tuning.db"
-    result = autotune.tune_model(mlp_path, target, trials=9, database=str(db_path),
-                                 batch_size=3, cost_model="random", measure_config=FAST,
-                                 remeasure_top=1, remeasure_rounds=1, num_workers=1)
+    with LocalBuilder(max_workers=1) as builder:
+        result = autotune.tune_model(mlp_path, target, trials=9, database=str(db_path),
+                                     search=SearchConfig(batch_size=3, cost_model="random",
+                                                         remeasure_top=1, remeasure_rounds=1),
+                                     measure=FAST, builder=builder)
     assert result.trials_run == 9 and result.coverage == 1.0, str(result)
     with Database(db_path, create=False) as db:
         for task in result.tasks:

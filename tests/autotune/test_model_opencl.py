@@ -19,10 +19,11 @@ from autotune import gpu as gpu_module
 from autotune.gpu_executor import GPUExecutor
 from autotune.graph.operators import VIEW
 from autotune.graph.tasks import partition
-from autotune.measure import MeasureConfig
+from autotune.measure import LocalBuilder, MeasureConfig
 from autotune.model_build import build_model
 from autotune.tune import TuneError
 from records import Database
+from search import SearchConfig
 from tensor_ir.errors import BuildError
 from tensor_ir.target import TargetError
 
@@ -140,9 +141,11 @@ def test_benchmark_and_profile(lib):
 
 def test_tune_model_stores_opencl_records_that_the_build_uses(tmp_path, mlp_path, mlp, lib):
     db_path = tmp_path / "tuning.db"
-    result = autotune.tune_model(mlp_path, RUN_TARGET, trials=9, database=str(db_path),
-                                 batch_size=3, cost_model="random", measure_config=FAST,
-                                 remeasure_top=1, remeasure_rounds=1, num_workers=1)
+    with LocalBuilder(max_workers=1) as builder:
+        result = autotune.tune_model(mlp_path, RUN_TARGET, trials=9, database=str(db_path),
+                                     search=SearchConfig(batch_size=3, cost_model="random",
+                                                         remeasure_top=1, remeasure_rounds=1),
+                                     measure=FAST, builder=builder)
     assert result.target == RUN_TARGET and result.trials_run == 9
     assert result.coverage == 1.0, str(result)
     assert [f.source for f in result.build_report.functions] == ["record"] * 3

@@ -9,8 +9,10 @@ import autotune
 from autotune.measure import MeasureConfig
 from autotune.model_build import build_model, database_lookup
 from autotune.model_rerank import rerank_in_model
+from autotune.tune_model import BuildConfig
 from records import Database
 from schedules.postproc import replay
+from search import SearchConfig
 from tensor_ir.errors import BuildError
 from tensor_ir.target import Target
 
@@ -26,9 +28,9 @@ def tuned(tmp_path_factory):
     folder = tmp_path_factory.mktemp("rerank")
     path = write_tiny_mlp(folder / "mlp.onnx")
     db_path = folder / "tuning.db"
-    result = autotune.tune_model(path, "llvm", trials=12, database=str(db_path), batch_size=4,
-                                 measure_config=FAST, remeasure_top=0, rerank_top=3,
-                                 rerank_rounds=2)
+    result = autotune.tune_model(path, "llvm", trials=12, database=str(db_path),
+                                 search=SearchConfig(batch_size=4, remeasure_top=0), measure=FAST,
+                                 build=BuildConfig(rerank_top=3, rerank_rounds=2))
     return path, db_path, result
 
 
@@ -82,4 +84,4 @@ def test_rerank_refuses_gpu_targets_and_bad_arguments(tuned):
     with pytest.raises(ValueError, match="min_share"):
         rerank_in_model(path, "llvm", str(db_path), min_share=1.5)
     with pytest.raises(autotune.TuneError, match="rerank_top"):
-        autotune.tune_model(path, "llvm", trials=1, rerank_top=-1)
+        autotune.tune_model(path, "llvm", trials=1, build=BuildConfig(rerank_top=-1))

@@ -22,12 +22,15 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import autotune
     from autotune.measure import MeasureConfig
+    from autotune.tune_model import BuildConfig
+    from search import SearchConfig
     from tests.autotune.tiny_onnx import write_tiny_mlp
 
     path = write_tiny_mlp("mlp.onnx")
-    result = autotune.tune_model(path, "llvm", trials=9, database="t.db", batch_size=3,
-                                 measure_config=MeasureConfig(repeat=1, min_repeat_ms=1.0),
-                                 remeasure_top=0, rerank_top=0)
+    result = autotune.tune_model(path, "llvm", trials=9, database="t.db",
+                                 search=SearchConfig(batch_size=3, remeasure_top=0),
+                                 measure=MeasureConfig(repeat=1, min_repeat_ms=1.0),
+                                 build=BuildConfig(rerank_top=0))
     assert result.trials == 9 and result.coverage == 1.0, result
     model = autotune.load_model(path)
     with autotune.apply_history_best("t.db", strict=True):

@@ -14,8 +14,9 @@ from autotune.graph.operators import VIEW
 from autotune.graph.tasks import Partition, extract_tasks, group_func, partition
 from autotune.measure import MeasureConfig
 from autotune.model_build import build_model, database_lookup
-from autotune.tune_model import model_tasks, streamed_bytes, weight_state
+from autotune.tune_model import BuildConfig, model_tasks, streamed_bytes, weight_state
 from records import Database
+from search import SearchConfig
 from tensor_ir import dtype as dt
 from tensor_ir.target import Target
 
@@ -51,9 +52,9 @@ def test_tune_model_partitions_the_model_once_and_builds_what_a_fresh_build_does
     plans = count_calls(monkeypatch, passes.plan_memory)
     builds = count_calls(monkeypatch, build_model)
     # Two records per task, so that the rerank has candidates to build the model with.
-    result = autotune.tune_model(path, "llvm", trials=6, database=str(db_path), batch_size=2,
-                                 measure_config=FAST, remeasure_top=0, rerank_top=2,
-                                 rerank_rounds=1, build=True)
+    result = autotune.tune_model(path, "llvm", trials=6, database=str(db_path),
+                                 search=SearchConfig(batch_size=2, remeasure_top=0), measure=FAST,
+                                 build=BuildConfig(rerank_top=2, rerank_rounds=1, build=True))
     assert result.reranked, "the rerank built no candidate"
     # The rerank's base build, one build per candidate of each re-ranked task, the final one.
     assert len(builds) >= 2 + sum(len(r["in_model_ms"]) for r in result.reranked)

@@ -17,6 +17,7 @@ import pytest
 
 from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
 from records import Database, target_fingerprint
+from search import SearchConfig
 from tensor_ir.target import Target
 
 from .test_measure import REFERENCE, input_writer, matmul, out_of_bounds_writer, thread_bound
@@ -267,8 +268,8 @@ def test_tune_through_ray_finishes_its_budget_when_a_node_dies(cluster, builder,
         killer = threading.Thread(target=kill_one_after_some_trials)
         killer.start()
         result = autotune.tune(matmul(), "llvm", trials=12, database=str(db_path),
-                               batch_size=4, builder=builder, runner=runner,
-                               remeasure_top=0, log=False)
+                               search=SearchConfig(batch_size=4, remeasure_top=0), builder=builder,
+                               runner=runner, log=False)
         killer.join()
         assert pair[1].node_id in runner.lost_nodes
         assert set(runner.measured_on) <= {pair[0].node_id, pair[1].node_id}

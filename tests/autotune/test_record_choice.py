@@ -15,10 +15,11 @@ import pytest
 import autotune
 from autotune.history import choose_record
 from autotune.model_build import build_model, database_lookup
-from autotune.tune_model import model_tasks
+from autotune.tune_model import BuildConfig, model_tasks
 from records import Database, RecordsWarning
 from schedules.errors import ScheduleError
 from schedules.postproc import replay
+from search import SearchConfig
 from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir.target import Target
 
@@ -37,9 +38,10 @@ def tuned(tmp_path):
     """(model path, database path) after a simulated tune of the tiny MLP."""
     path = write_tiny_mlp(tmp_path / "mlp.onnx")
     db_path = tmp_path / "tuning.db"
-    autotune.tune_model(path, TARGET, trials=24, database=str(db_path), batch_size=4,
+    autotune.tune_model(path, TARGET, trials=24, database=str(db_path),
+                        search=SearchConfig(batch_size=4, remeasure_top=0),
                         builder=SimulationBuilder(), runner=SimulationRunner(_simulated_seconds),
-                        remeasure_top=0, rerank_top=0, build=False)
+                        build=BuildConfig(rerank_top=0, build=False))
     return path, db_path
 
 
@@ -155,10 +157,11 @@ def test_a_resumed_tune_model_skips_the_unusable_record_and_finishes(tuned):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = autotune.tune_model(path, TARGET, trials=36, database=str(db_path),
-                                     batch_size=4, builder=SimulationBuilder(),
+                                     search=SearchConfig(batch_size=4, remeasure_top=2,
+                                                         remeasure_rounds=1),
+                                     builder=SimulationBuilder(),
                                      runner=SimulationRunner(_simulated_seconds),
-                                     remeasure_top=2, remeasure_rounds=1, rerank_top=2,
-                                     rerank_rounds=1)
+                                     build=BuildConfig(rerank_top=2, rerank_rounds=1))
     named = [w for w in caught if issubclass(w.category, RecordsWarning)
              and f"record {bad} " in str(w.message)]
     assert len(named) == 1

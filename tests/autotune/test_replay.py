@@ -13,6 +13,7 @@ from records import MemoryDatabase
 from schedules.default_schedule import default_candidate
 from schedules.errors import ScheduleError
 from schedules.postproc import replay
+from search import SearchConfig
 from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
 from tensor_ir.func import structural_equal
@@ -24,8 +25,8 @@ TARGET = Target("llvm")
 def test_tuning_measures_the_build_fallback_first():
     func = ops.matmul(32, 32, 32)
     runner = SimulationRunner(lambda inp: 1e-3)
-    autotune.tune(func, TARGET, trials=4, batch_size=4, builder=SimulationBuilder(),
-                  runner=runner, log=False, remeasure_top=0)
+    autotune.tune(func, TARGET, trials=4, search=SearchConfig(batch_size=4, remeasure_top=0),
+                  builder=SimulationBuilder(), runner=runner, log=False)
     assert structural_equal(runner.ran[0], default_schedule(func, TARGET))
 
 
@@ -50,11 +51,12 @@ def test_replay_refuses_a_program_the_verifier_rejects():
 def test_build_under_the_context_replays_and_the_compiler_does_not_look_up():
     func = ops.matmul(16, 16, 16)
     db = MemoryDatabase()
-    result = autotune.tune(func, TARGET, trials=4, batch_size=4, database=db,
+    result = autotune.tune(func, TARGET, trials=4,
+                           search=SearchConfig(batch_size=4, remeasure_top=0), database=db,
                            builder=SimulationBuilder(),
                            runner=SimulationRunner(lambda inp: inp.func.structural_hash()
                                                    .__hash__() % 97 * 1e-6 + 1e-6),
-                           log=False, remeasure_top=0)
+                           log=False)
     best = replay(db.best(result.workload_key, TARGET).trace(), func, TARGET).func
     a, b = np.random.rand(16, 16).astype("float32"), np.random.rand(16, 16).astype("float32")
     with autotune.apply_history_best(db) as context:

@@ -16,6 +16,7 @@ import pytest
 
 import autotune
 from autotune.measure import MeasureConfig
+from search import SearchConfig
 from tensor_ir import intrinsics, te
 from tensor_ir.intrinsics import ExternCImpl, IntrinsicError, LLVMImpl, ReferenceImpl
 from tensor_ir.intrinsics.builtin import _emit_vnni
@@ -158,8 +159,8 @@ def test_tuning_with_a_reference_intrinsic_registered_at_run_time(declared_targe
     name = "test_rt_ref_dot_4x2"
     intrinsics.register(name, _float_dot(4, 2, name), ReferenceImpl(), override=True)
     func = _float_matmul(8, 12, 8)
-    result = autotune.tune(func, declared_target(name), trials=8, batch_size=4, seed=0,
-                           measure_config=QUICK, log=False)
+    result = autotune.tune(func, declared_target(name), trials=8,
+                           search=SearchConfig(batch_size=4, seed=0), measure=QUICK, log=False)
     tensorized, errors = _tensorized_trials(result)
     assert errors == 0 and tensorized
     assert name in intrinsics.used_in(result.best_func)
@@ -181,8 +182,8 @@ def test_tuning_with_an_external_c_intrinsic_registered_at_run_time(tmp_path, de
     intrinsics.register(name, intrinsics.dot_description(8, "int8", "int8", name),
                         ExternCImpl("rt_tile_mac_8x4", str(lib)), override=True)
     m, n, k = 8, 32, 16
-    result = autotune.tune(_int8_matmul(m, n, k), declared_target(name), trials=8, batch_size=4,
-                           seed=0, measure_config=QUICK, log=False)
+    result = autotune.tune(_int8_matmul(m, n, k), declared_target(name), trials=8,
+                           search=SearchConfig(batch_size=4, seed=0), measure=QUICK, log=False)
     # Built in the worker (the definition travelled) and run in the runner's worker (the
     # library was loaded there before the kernel): no error records.
     tensorized, errors = _tensorized_trials(result)
@@ -203,5 +204,5 @@ def test_tuning_stops_with_a_typed_error_when_the_emitter_cannot_travel(declared
     intrinsics.register(name, _float_dot(4, 2, name),
                         LLVMImpl(notebook_emit, arch=("x86_64", "aarch64")), override=True)
     with pytest.raises(IntrinsicError, match="notebook_emit"):
-        autotune.tune(_float_matmul(8, 12, 8), declared_target(name), trials=4, batch_size=4,
-                      seed=0, measure_config=QUICK, log=False)
+        autotune.tune(_float_matmul(8, 12, 8), declared_target(name), trials=4,
+                      search=SearchConfig(batch_size=4, seed=0), measure=QUICK, log=False)

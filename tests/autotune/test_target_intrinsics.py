@@ -13,6 +13,7 @@ from records import MemoryDatabase
 from records.keys import canonical_target
 from schedules.postproc import replay
 from schedules.space import DesignSpace
+from search import SearchConfig
 from tensor_ir.stmt import TensorIntrinCall
 from tensor_ir.target import Target, TargetError
 from tensor_ir.visitor import collect
@@ -182,9 +183,10 @@ def test_tune_int8_matmul_picks_a_tensorized_program():
     # Short repeats keep the test quick; every candidate's output is checked against the
     # reference, so a wrong tensorized program would be recorded as an error, not timed.
     config = MeasureConfig(repeat=2, min_repeat_ms=5, timeout=10, check="all")
-    result = autotune.tune(func, "llvm", trials=16, seed=0, database=db, batch_size=8,
-                           measure_config=config, remeasure_top=2, remeasure_rounds=1,
-                           log=False)
+    result = autotune.tune(func, "llvm", trials=16,
+                           search=SearchConfig(seed=0, batch_size=8, remeasure_top=2,
+                                               remeasure_rounds=1),
+                           database=db, measure=config, log=False)
     assert result.trials == 16 and np.isfinite(result.best_time)
     kinds = [inst.kind for inst in result.best_trace]
     assert "tensorize" in kinds and "pack_layout" in kinds

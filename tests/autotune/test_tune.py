@@ -8,6 +8,7 @@ import pytest
 
 import autotune
 from records import Database, Workload
+from search import SearchConfig, SearchError
 from tensor_ir import ops
 
 
@@ -15,8 +16,8 @@ def test_tune_small_matmul_for_real(tmp_path):
     func = ops.matmul(64, 64, 64)
     path = tmp_path / "tuning.db"
     lines = []
-    result = autotune.tune(func, "llvm", trials=16, database=str(path), batch_size=8, seed=0,
-                           log=lines.append)
+    result = autotune.tune(func, "llvm", trials=16, database=str(path),
+                           search=SearchConfig(batch_size=8, seed=0), log=lines.append)
     assert result.trials == 16 and len(result.history) == 16
     assert result.best_schedule is not None and math.isfinite(result.best_time)
     assert result.best_gflops == pytest.approx(2 * 64 ** 3 / result.best_time / 1e9)
@@ -53,16 +54,29 @@ def test_tune_rejects_bad_arguments():
         autotune.tune("matmul")
     with pytest.raises(autotune.TuneError, match="trials"):
         autotune.tune(func, trials=-3)
-    with pytest.raises(autotune.TuneError, match="measure_config"):
-        autotune.tune(func, trials=1, measure_config={"repeat": 3})
+    with pytest.raises(autotune.TuneError, match="measure must be a MeasureConfig"):
+        autotune.tune(func, trials=1, measure={"repeat": 3})
+    with pytest.raises(autotune.TuneError, match="search must be a search.SearchConfig"):
+        autotune.tune(func, trials=1, search={"batch_size": 4})
     with pytest.raises(autotune.TuneError, match="database"):
         autotune.tune(func, trials=1, database=42, log=False)
     with pytest.raises(autotune.TargetError):
         autotune.tune(func, target="no-such-target", trials=1)
 
 
+def test_search_settings_are_checked_when_made():
+    # The settings tune takes are checked once, by the object, before any call starts.
+    for bad, what in (({"batch_size": 0}, "batch_size"), ({"seed": 1.5}, "seed"),
+                      ({"heldout": -1}, "heldout"), ({"top_up": 1}, "top_up"),
+                      ({"remeasure_rounds": -2}, "remeasure_rounds"),
+                      ({"strategy": "annealing"}, "unknown search strategy"),
+                      ({"cost_model": 3}, "cost_model")):
+        with pytest.raises(SearchError, match=what):
+            SearchConfig(**bad)
+
+
 def test_tune_with_zero_trials_reports_nothing_found():
     func = ops.matmul(8, 8, 8)
-    result = autotune.tune(func, trials=0, log=False, remeasure_top=0)
+    result = autotune.tune(func, trials=0, log=False, search=SearchConfig(remeasure_top=0))
     assert result.best_schedule is None and result.best_time == math.inf
     assert result.trials == 0

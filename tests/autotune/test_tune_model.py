@@ -12,8 +12,10 @@ import autotune
 from autotune import report as report_mod
 from autotune.measure import BuildResult, LocalBuilder, MeasureConfig
 from autotune.progress import Progress
-from autotune.tune_model import model_tasks, parse_duration
+from autotune.tune_model import BuildConfig, RunControl, model_tasks, parse_duration
 from records import Database, MemoryDatabase
+import search
+from search import SchedulerConfig
 from search.config import SearchConfig
 from search.task_scheduler import TaskScheduler
 from tensor_ir.target import Target
@@ -27,9 +29,11 @@ def test_tune_model_tunes_every_task_and_builds_from_the_records(tmp_path):
     path = write_tiny_mlp(tmp_path / "mlp.onnx")
     db_path = tmp_path / "tuning.db"
     events = []
-    result = autotune.tune_model(path, "llvm", trials=9, database=str(db_path), batch_size=3,
-                                 measure_config=FAST, remeasure_top=1, remeasure_rounds=1,
-                                 listener=lambda e, s, t: events.append(e))
+    result = autotune.tune_model(path, "llvm", trials=9, database=str(db_path),
+                                 search=SearchConfig(batch_size=3, remeasure_top=1,
+                                                     remeasure_rounds=1),
+                                 measure=FAST,
+                                 control=RunControl(listener=lambda e, s, t: events.append(e)))
     assert result.trials == result.trials_run == 9 and result.stopped == "budget"
     assert [t.trials for t in result.tasks] == [3, 3, 3]      # the warm-up visits every task
     assert all(math.isfinite(t.best_seconds) for t in result.tasks)
@@ -84,9 +88,11 @@ def test_a_task_whose_builds_keep_failing_is_set_aside(tmp_path):
     builder = PickyBuilder(bad.key)
     try:
         with pytest.raises(autotune.CoverageError, match="below the required") as info:
-            autotune.tune_model(path, trials=12, database=MemoryDatabase(), batch_size=2,
-                                policy="round-robin", cost_model="random", builder=builder,
-                                measure_config=FAST, remeasure_top=0, min_coverage=0.99)
+            autotune.tune_model(path, trials=12, database=MemoryDatabase(),
+                                search=SearchConfig(batch_size=2, cost_model="random",
+                                                    remeasure_top=0),
+                                scheduler=SchedulerConfig(policy="round-robin"), builder=builder,
+                                measure=FAST, build=BuildConfig(min_coverage=0.99))
     finally:
         builder.close()
     result = info.value.result
@@ -149,12 +155,38 @@ def test_bad_arguments_are_named(tmp_path):
     path = write_tiny_mlp(tmp_path / "mlp.onnx")
     with pytest.raises(autotune.TuneError, match="trials"):
         autotune.tune_model(path, trials=-1)
-    with pytest.raises(autotune.TuneError, match="min_coverage"):
-        autotune.tune_model(path, trials=1, min_coverage=2.0)
     with pytest.raises(autotune.TuneError, match="database"):
         autotune.tune_model(path, trials=1, database=42)
+    # A settings object of the wrong kind is named; one of the right kind checked its values
+    # when it was made (below).
+    with pytest.raises(autotune.TuneError, match="build must be a BuildConfig"):
+        autotune.tune_model(path, trials=1, build=False)
+    with pytest.raises(autotune.TuneError, match="scheduler must be a SchedulerConfig"):
+        autotune.tune_model(path, trials=1, scheduler="round-robin")
+    with pytest.raises(autotune.TuneError, match="search.strategy must be a kind"):
+        autotune.tune_model(path, trials=1,
+                            search=SearchConfig(strategy=search.create("random", seed=0)))
+
+
+def test_model_settings_are_checked_when_made():
+    with pytest.raises(autotune.TuneError, match="min_coverage"):
+        BuildConfig(min_coverage=2.0)
+    with pytest.raises(autotune.TuneError, match="rerank_rounds"):
+        BuildConfig(rerank_rounds=-1)
+    with pytest.raises(autotune.TuneError, match="measure_latency"):
+        BuildConfig(measure_latency="yes")
     with pytest.raises(autotune.TuneError, match="time budget"):
-        autotune.tune_model(path, time_budget="tomorrow")
+        RunControl(time_budget="tomorrow")
+    with pytest.raises(autotune.TuneError, match="deadline"):
+        RunControl(deadline="noon")
+    with pytest.raises(autotune.TuneError, match="listener must be callable"):
+        RunControl(listener=3)
+    with pytest.raises(search.SearchError, match="share_cost_model"):
+        SchedulerConfig(share_cost_model=1)
+    # The earlier of the two limits ends the run; neither: only the trials do.
+    assert RunControl(time_budget="1m", deadline=1000.0).end_by(now=500.0) == 560.0
+    assert RunControl(time_budget=90, deadline=100.0).end_by(now=50.0) == 100.0
+    assert RunControl().end_by(now=50.0) is None
 
 
 class FakeTerminal(io.StringIO):
@@ -249,15 +281,16 @@ def test_tune_model_times_tasks_on_activations_written_just_before_each_call(tmp
 
     path = write_tiny_mlp(tmp_path / "mlp.onnx")
     result = autotune.tune_model(path, "llvm", trials=3, database=MemoryDatabase(),
-                                 batch_size=1, builder=SimulationBuilder(),
-                                 runner=SimulationRunner(cost), remeasure_top=0, build=False)
+                                 search=SearchConfig(batch_size=1, remeasure_top=0),
+                                 builder=SimulationBuilder(), runner=SimulationRunner(cost),
+                                 build=BuildConfig(build=False))
     assert seen and all(seen)
     # A runner that keeps no count of waits for a quiet host reports none.
     assert result.host_waits == (0, 0.0)
     seen.clear()
     (task,) = model_tasks(autotune.load_model(path))[:1]
     autotune.tune(task.func, "llvm", trials=2, builder=SimulationBuilder(),
-                  runner=SimulationRunner(cost), log=False, remeasure_top=0)
+                  runner=SimulationRunner(cost), log=False, search=SearchConfig(remeasure_top=0))
     assert seen and not any(seen)
 
 
@@ -286,9 +319,10 @@ def test_tune_model_times_weights_out_of_the_private_caches_the_model_outgrows(t
                          ("llvm -num-cores 2 -l2-cache=1073741824 -l3-cache=1073741824",
                           (False, 0))):
         seen.clear()
-        autotune.tune_model(path, target, trials=2, database=MemoryDatabase(), batch_size=1,
+        autotune.tune_model(path, target, trials=2, database=MemoryDatabase(),
+                            search=SearchConfig(batch_size=1, remeasure_top=0),
                             builder=SimulationBuilder(), runner=SimulationRunner(cost),
-                            remeasure_top=0, build=False)
+                            build=BuildConfig(build=False))
         assert seen and set(seen) == {want}, target
         # weight_state answers what tune_model used (the benchmark re-times records by it).
         assert weight_state(model, Target(str(target))) == want

@@ -8,6 +8,7 @@ import autotune
 from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, MeasureInput
 from records import MemoryDatabase
 from schedules.schedule import Schedule
+from search import SearchConfig
 from tensor_ir import te
 from tensor_ir.target import Target
 
@@ -39,8 +40,9 @@ def _softmax(rows=8, cols=64):
 
 def _check_tune(func, reference, trials=8):
     db = MemoryDatabase()
-    best = autotune.tune(func, RUN_TARGET, trials=trials, database=db, measure_config=FAST,
-                         batch_size=4, remeasure_top=1, remeasure_rounds=1, log=False)
+    best = autotune.tune(func, RUN_TARGET, trials=trials, database=db, measure=FAST,
+                         search=SearchConfig(batch_size=4, remeasure_top=1, remeasure_rounds=1),
+                         log=False)
     records = db.records(best.workload_key)
     # Every measured candidate is in the database, errors included.
     assert len(records) == best.trials == trials

@@ -21,13 +21,14 @@ from cost_models import CostModel, CostModelError
 from cost_models.__main__ import main as cost_models_main
 from records import Database, MemoryDatabase, TuningRecord, Workload
 from schedules.space import DesignSpace
+from search import SearchConfig
 from search.pool import CandidatePool
 from tensor_ir import ops
 
 from ..autotune.tiny_onnx import write_tiny_mlp
 
-FAST = {"batch_size": 8, "measure_config": MeasureConfig(repeat=1, min_repeat_ms=1),
-        "remeasure_top": 0, "cost_model": "random", "log": False}
+FAST_SEARCH = {"batch_size": 8, "remeasure_top": 0, "cost_model": "random"}
+FAST = {"measure": MeasureConfig(repeat=1, min_repeat_ms=1), "log": False}
 TRIALS = 16
 CUDA = "cuda -arch=sm_80"
 
@@ -48,7 +49,8 @@ def db_path(tmp_path_factory, funcs):
     target family (a CUDA target: never replayed for the CPU)."""
     path = tmp_path_factory.mktemp("pretrain") / "tuning.db"
     for i, func in enumerate(funcs):
-        autotune.tune(func, "llvm", trials=TRIALS, database=str(path), seed=i, **FAST)
+        autotune.tune(func, "llvm", trials=TRIALS, database=str(path),
+                      search=SearchConfig(seed=i, **FAST_SEARCH), **FAST)
     with Database(path) as db:
         key = Workload(funcs[0]).key
         first = db.records(key)[0]
@@ -256,8 +258,9 @@ def test_tune_warm_starts_from_a_saved_model_and_leaves_the_file(model_path):
     func = ops.matmul(24, 40, 32)                  # a workload the model never saw
     loaded = cost_models.from_spec(model_path)
     assert isinstance(loaded, cost_models.XGBCostModel) and loaded.is_trained
-    result = autotune.tune(func, "llvm", trials=8, seed=0, **{**FAST, "cost_model":
-                                                               str(model_path)})
+    result = autotune.tune(func, "llvm", trials=8,
+                           search=SearchConfig(**{**FAST_SEARCH, "cost_model": str(model_path)}),
+                           **FAST)
     assert result.trials == 8 and math.isfinite(result.best_time)
     # The model ranked the first batch: its held-out predictions count from trial 1.
     assert math.isfinite(result.model_accuracy)
@@ -268,12 +271,14 @@ def test_tune_warm_starts_from_a_saved_model_and_leaves_the_file(model_path):
 def test_a_cost_model_that_is_neither_kind_nor_file_is_named(tmp_path):
     func = ops.matmul(8, 8, 8)
     with pytest.raises(CostModelError, match="neither a registered kind.*nor an existing"):
-        autotune.tune(func, trials=1, cost_model=str(tmp_path / "missing.json"), log=False)
+        autotune.tune(func, trials=1,
+                      search=SearchConfig(cost_model=str(tmp_path / "missing.json")), log=False)
     with pytest.raises(CostModelError, match="does not exist"):
         cost_models.from_spec(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(CostModelError, match="not a saved cost model"):
-        autotune.tune(func, trials=1, cost_model=tmp_path / "bad.json", log=False)
+        autotune.tune(func, trials=1, search=SearchConfig(cost_model=tmp_path / "bad.json"),
+                      log=False)
 
 
 def test_tune_model_cli_starts_every_task_from_the_file(model_path, tmp_path, capsys):

@@ -146,7 +146,8 @@ def test_model_tasks_name_the_weights_a_build_packs():
     loop = tuning_loop(task.func, autotune.Target(TARGET), MemoryDatabase(),
                        SimulationBuilder(), SimulationRunner(cost), search.SearchConfig(),
                        search.create("random", seed=0), cost_models.create("random"),
-                       measure_config=None, weight_params=task.weight_params)
+                       measure_config=None,
+                       context=search.MeasureContext(weight_params=task.weight_params))
     loop.run(4)
     assert seen and all(w == task.weight_params for w in seen)
 

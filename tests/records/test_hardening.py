@@ -15,6 +15,7 @@ import autotune
 from records import Database, DatabaseError, RecordsWarning, Workload, trace_hash
 from records.database import _MIGRATIONS, APPLICATION_ID
 from schedules.space import DesignSpace
+from search import SearchConfig
 from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
 from tensor_ir.target import Target
@@ -25,11 +26,11 @@ TARGET = Target("llvm")
 def _tuned(path, n: int = 16, trials: int = 8):
     """A database file with ``trials`` records of an n^3 matmul (simulated times)."""
     func = ops.matmul(n, n, n)
-    autotune.tune(func, TARGET, trials=trials, batch_size=4, database=str(path),
-                  builder=SimulationBuilder(),
+    autotune.tune(func, TARGET, trials=trials, search=SearchConfig(batch_size=4, remeasure_top=0),
+                  database=str(path), builder=SimulationBuilder(),
                   runner=SimulationRunner(lambda inp: 1e-4 + (hash(inp.func.structural_hash())
                                                               % 1000) * 1e-7),
-                  log=False, remeasure_top=0)
+                  log=False)
     return func
 
 
@@ -71,10 +72,10 @@ def test_record_with_unknown_instruction_is_skipped_by_builds_and_resumes(tmp_pa
             autotune.build(func, TARGET)
     assert ctx.coverage()["served"] == 1 and ctx.entries[0].record_id != bad
     with pytest.warns(RecordsWarning, match=f"record {bad} .*no_such_primitive_"):
-        result = autotune.tune(func, TARGET, trials=12, batch_size=4, database=str(path),
-                               builder=SimulationBuilder(),
-                               runner=SimulationRunner(lambda i: 1e-4), log=False,
-                               remeasure_top=0)
+        result = autotune.tune(func, TARGET, trials=12,
+                               search=SearchConfig(batch_size=4, remeasure_top=0),
+                               database=str(path), builder=SimulationBuilder(),
+                               runner=SimulationRunner(lambda i: 1e-4), log=False)
     assert result.trials == 4 and result.best_trace is not None
     with Database(path, readonly=True) as db:
         assert db.info()["unreadable"] == 1

@@ -21,6 +21,7 @@ from pathlib import Path
 import autotune
 from records import Database, Workload
 from schedules.space import DesignSpace
+from search import SearchConfig
 from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
 from tests.search.landscape import FeatureDistance, synthetic_runner
@@ -68,9 +69,9 @@ def _tune_child(path: str, n: str, trials: str, fast: str, delay: str, go_file: 
         if time.monotonic() > deadline:
             raise SystemExit(f"the go file {go_file} never appeared")
         time.sleep(0.002)
-    result = autotune.tune(func, "llvm", trials=int(trials), database=db, batch_size=BATCH,
-                           seed=0, builder=SimulationBuilder(), runner=runner, space=space,
-                           log=False)
+    result = autotune.tune(func, "llvm", trials=int(trials), database=db,
+                           search=SearchConfig(batch_size=BATCH, seed=0),
+                           builder=SimulationBuilder(), runner=runner, space=space, log=False)
     db.close()
     print("done " + json.dumps({"trials": result.trials, "previous": result.previous_trials,
                                 "remeasured": len(result.remeasured)}), flush=True)
@@ -133,8 +134,9 @@ def test_killed_tuning_run_resumes_without_repeats_and_ends_at_the_budget(tmp_pa
     runner = synthetic_runner(space)
     progress: list[str] = []
     with Database(path) as db:
-        result = autotune.tune(func, "llvm", trials=budget, database=db, batch_size=BATCH,
-                               seed=0, builder=SimulationBuilder(), runner=runner, space=space,
+        result = autotune.tune(func, "llvm", trials=budget, database=db,
+                               search=SearchConfig(batch_size=BATCH, seed=0),
+                               builder=SimulationBuilder(), runner=runner, space=space,
                                log=progress.append)
         after = _stored_hashes(db, func)
         assert db.integrity_check() == []
@@ -154,13 +156,14 @@ def test_killed_tuning_run_resumes_without_repeats_and_ends_at_the_budget(tmp_pa
     assert counts[0] == f"{len(before) + BATCH}/{budget}"
 
     # 4. Asked again for the same budget it measures nothing; top_up=False asks for more.
-    again = autotune.tune(func, "llvm", trials=budget, database=str(path), batch_size=BATCH,
-                          seed=0, builder=SimulationBuilder(), runner=runner, space=space,
-                          log=False, remeasure_top=0)
+    again = autotune.tune(func, "llvm", trials=budget, database=str(path),
+                          search=SearchConfig(batch_size=BATCH, seed=0, remeasure_top=0),
+                          builder=SimulationBuilder(), runner=runner, space=space, log=False)
     assert again.trials == 0 and again.previous_trials == budget
-    more = autotune.tune(func, "llvm", trials=BATCH, database=str(path), batch_size=BATCH,
-                         seed=0, builder=SimulationBuilder(), runner=runner, space=space,
-                         log=False, remeasure_top=0, top_up=False)
+    more = autotune.tune(func, "llvm", trials=BATCH, database=str(path),
+                         search=SearchConfig(batch_size=BATCH, seed=0, remeasure_top=0,
+                                             top_up=False),
+                         builder=SimulationBuilder(), runner=runner, space=space, log=False)
     assert more.trials == BATCH and more.previous_trials == budget
     with Database(path) as db:
         final = _stored_hashes(db, func)

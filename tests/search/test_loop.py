@@ -11,6 +11,7 @@ import cost_models
 import search
 from records import Database, MemoryDatabase, Workload, trace_hash
 from schedules.space import DesignSpace
+from search import SearchConfig
 from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
 
@@ -166,9 +167,10 @@ def tune_lucky(space, runner, trials: int = 16, rounds: int = 3):
     """``autotune.tune`` on the simulated ``runner`` with re-measurement of the top 3:
     (result, database)."""
     db = MemoryDatabase()
-    result = autotune.tune(space.func, "llvm", trials=trials, database=db, batch_size=8,
-                           builder=SimulationBuilder(), runner=runner, space=space, log=False,
-                           remeasure_top=3, remeasure_rounds=rounds)
+    result = autotune.tune(space.func, "llvm", trials=trials, database=db,
+                           search=SearchConfig(batch_size=8, remeasure_top=3,
+                                               remeasure_rounds=rounds),
+                           builder=SimulationBuilder(), runner=runner, space=space, log=False)
     return result, db
 
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from search.measure import BuildResult, MeasureInput, built
+from search.measure import BuildResult, MeasureContext, MeasureInput, built
 from tensor_ir import ops
 from tensor_ir.target import Target
 
@@ -37,6 +37,30 @@ def test_the_target_travels_resolved_and_the_reference_can_stay_behind():
     assert MeasureInput.from_json(data).reference is None
     held = ops.matmul(16, 16, 16)
     assert MeasureInput.from_json(data, reference=held).reference is held
+
+
+def test_a_measure_context_fills_each_input_and_checks_itself():
+    context = MeasureContext(weight_params=[2, 1, 1], cold_weights=True, cold_bytes=4096,
+                             fresh_inputs=True)
+    assert context.weight_params == (1, 2)  # one sorted tuple, whatever was given
+    func = ops.matmul(16, 16, 16)
+    inp = context.measure_input(func, "llvm", "key", reference=func)
+    assert (inp.weight_params, inp.cold_weights, inp.cold_bytes, inp.fresh_inputs) == \
+        ((1, 2), True, 4096, True)
+    # The wire form is MeasureInput's own: the context leaves no field of its own in it.
+    assert set(inp.to_json()) == set(_input().to_json())
+    alone = MeasureContext().measure_input(func, "llvm", "key")
+    assert (alone.weight_params, alone.cold_weights, alone.cold_bytes, alone.fresh_inputs,
+            alone.reference) == ((), False, 0, False, None)
+    for bad, error in (({"weight_params": 3}, TypeError), ({"weight_params": (-1,)}, ValueError),
+                       ({"weight_params": ("a",)}, ValueError),
+                       ({"cold_weights": 1}, TypeError), ({"fresh_inputs": "yes"}, TypeError),
+                       ({"cold_bytes": -1}, ValueError), ({"cold_bytes": True}, ValueError)):
+        with pytest.raises(error, match="MeasureContext"):
+            MeasureContext(**bad)
+    # An index is checked against the function when an input is made from it.
+    with pytest.raises(ValueError, match="weight_params"):
+        MeasureContext(weight_params=(3,)).measure_input(func, "llvm", "key")
 
 
 def test_a_form_without_its_fields_is_a_value_error():

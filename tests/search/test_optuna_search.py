@@ -15,6 +15,7 @@ import search
 from autotune import cli
 from records import MemoryDatabase
 from schedules.space import DesignSpace
+from search import SearchConfig
 from search.simulation import SimulationBuilder, SimulationRunner
 
 from ..autotune.tiny_onnx import write_tiny_mlp
@@ -261,9 +262,10 @@ def test_tune_with_the_optuna_strategy_end_to_end():
     func = small_matmul(32)
     space = DesignSpace(func, "llvm")
     runner = SimulationRunner(synthetic_runner(space)._cost)
-    result = autotune.tune(func, "llvm", trials=24, strategy="optuna", cost_model="random",
-                           batch_size=8, runner=runner, builder=SimulationBuilder(),
-                           space=space, remeasure_top=0, log=False)
+    result = autotune.tune(func, "llvm", trials=24,
+                           search=SearchConfig(strategy="optuna", cost_model="random", batch_size=8,
+                                               remeasure_top=0),
+                           runner=runner, builder=SimulationBuilder(), space=space, log=False)
     assert result.trials == len(result.history) == 24
     assert {t.origin for t in result.history} & {"optuna"}
     assert math.isfinite(result.best_time)

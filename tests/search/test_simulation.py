@@ -9,6 +9,7 @@ import pytest
 import autotune
 from records import Database, MemoryDatabase, Workload
 from schedules.space import DesignSpace
+from search import SearchConfig
 from search.measure import BuildResult, MeasureInput, MeasureResult
 from search.simulation import SimulationBuilder, SimulationRunner
 from tensor_ir import ops
@@ -56,9 +57,9 @@ def test_noise_is_seeded():
 def test_replay_gives_recorded_times_and_refuses_unrecorded_programs(tmp_path, source):
     func = ops.matmul(32, 32, 32)
     path = tmp_path / "recorded.db"
-    autotune.tune(func, TARGET, trials=12, batch_size=4, database=str(path), seed=0,
-                  builder=SimulationBuilder(), runner=SimulationRunner(_cost), log=False,
-                  remeasure_top=0)
+    autotune.tune(func, TARGET, trials=12,
+                  search=SearchConfig(batch_size=4, seed=0, remeasure_top=0), database=str(path),
+                  builder=SimulationBuilder(), runner=SimulationRunner(_cost), log=False)
     if source == "jsonl":
         with Database(path) as db:
             db.export_jsonl(tmp_path / "recorded.jsonl")
@@ -68,8 +69,9 @@ def test_replay_gives_recorded_times_and_refuses_unrecorded_programs(tmp_path, s
     assert len(runner.recorded) == 12
     # The same search replayed: every candidate is a recorded one, with its recorded time.
     replayed = MemoryDatabase()
-    autotune.tune(func, TARGET, trials=12, batch_size=4, database=replayed, seed=0,
-                  builder=SimulationBuilder(), runner=runner, log=False, remeasure_top=0)
+    autotune.tune(func, TARGET, trials=12,
+                  search=SearchConfig(batch_size=4, seed=0, remeasure_top=0), database=replayed,
+                  builder=SimulationBuilder(), runner=runner, log=False)
     with Database(path) as db:
         recorded = {r.trace_hash: r.median for r in db.records(Workload(func).key)}
     again = {r.trace_hash: r.median for r in replayed.records(Workload(func).key)}
