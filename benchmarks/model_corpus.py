@@ -78,44 +78,34 @@ def _inputs(name: str, config, rng) -> dict:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-class _Last(object):
-    """The module's main output alone (a tensor, not the model-output dataclass)."""
+def _main_output(module, pick):
+    """``module`` returning ``pick(its output)`` alone: a tensor, not a model-output dataclass
+    (transformers) or a dict (torchvision's segmentation models)."""
+    import torch
 
-    def __new__(cls, module):
-        import torch
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = module
 
-        class Wrapped(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.inner = module
+        def forward(self, *args):
+            return pick(self.inner, args)
 
-            def forward(self, *args):
-                return self.inner(*args, return_dict=False)[0]
+    return Wrapped()
 
-        return Wrapped()
+
+def _first(inner, args):
+    return inner(*args, return_dict=False)[0]
+
+
+def _out(inner, args):
+    y = inner(*args)
+    return y["out"] if isinstance(y, dict) else y
 
 
 # torchvision models whose input is not one 224x224 image.
 VISION_INPUTS = {"r3d_18": (1, 3, 16, 112, 112), "mc3_18": (1, 3, 16, 112, 112),
                  "r2plus1d_18": (1, 3, 16, 112, 112), "inception_v3": (1, 3, 299, 299)}
-
-
-class _Main(object):
-    """A torchvision model whose forward returns a dict (segmentation): its "out"."""
-
-    def __new__(cls, module):
-        import torch
-
-        class Wrapped(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.inner = module
-
-            def forward(self, x):
-                y = self.inner(x)
-                return y["out"] if isinstance(y, dict) else y
-
-        return Wrapped()
 
 
 def export(name: str, small: bool, folder: str) -> tuple[str, dict]:
@@ -140,7 +130,7 @@ def export(name: str, small: bool, folder: str) -> tuple[str, dict]:
             for param in module.parameters():
                 if not param.any():
                     param.normal_(0.0, 0.02)
-        module = _Main(module)
+        module = _main_output(module, _out)
         shape = VISION_INPUTS.get(name, (1, 3, 224, 224))
         feed = {"input": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
         path = export_onnx(module, (torch.from_numpy(feed["input"]),),
@@ -151,7 +141,7 @@ def export(name: str, small: bool, folder: str) -> tuple[str, dict]:
     module = cls(config).eval()
     feed = _inputs(name, config, np.random.default_rng(0))
     args = tuple(torch.from_numpy(v) for v in feed.values())
-    path = export_onnx(_Last(module), args, os.path.join(folder, f"{name}.onnx"),
+    path = export_onnx(_main_output(module, _first), args, os.path.join(folder, f"{name}.onnx"),
                        input_names=list(feed), output_names=["output"])
     return path, feed
 
