@@ -20,7 +20,8 @@ default exporter, opset 18, weights in an external data file) by
 
 and torchvision's models (``torchvision.models.get_model(name, weights=None)``, random
 weights; a parameter torchvision starts at zero, such as ViT's head, drawn at random too, so
-that the output depends on every layer), batch 1: the classifiers at 224x224 (``vit_b_16``, ``swin_t``, ``convnext_tiny``,
+that the output depends on every layer), batch 1: the classifiers at 224x224
+(``vit_b_16``, ``swin_t``, ``convnext_tiny``,
 ``maxvit_t``, ...: any name torchvision knows), ``r3d_18`` (video, 16 frames of 112x112) and
 ``lraspp_mobilenet_v3_large`` (segmentation, 224x224; its main output).  torchvision is
 needed for those (``pip install torch==2.14.1 torchvision==0.29.1`` here).
