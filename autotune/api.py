@@ -6,8 +6,8 @@ active ``apply_history_best`` context.
         kernel = autotune.build(func, "llvm")        # the best record's program (or the default)
         lib = autotune.build(model, "llvm")          # every fused function from its record
 
-The layers below take what they need explicitly: :func:`autotune.build.build` compiles a
-function as scheduled, :func:`autotune.model_build.build_model` takes a record lookup.  Only
+The layers below take what they need explicitly: :func:`autotune.runtime.build.build` compiles a
+function as scheduled, :func:`autotune.graph.build.build_model` takes a record lookup.  Only
 this entry point reads the thread's context.
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
 from .backends import backend_for
-from .build import Kernel
-from .executor import Executor
-from .gpu import GPUKernel
+from .runtime.build import Kernel
+from .runtime.executor import Executor
+from .runtime.opencl import GPUKernel
 from .graph.ir import Model
-from .history import ApplyHistoryBest, MissingRecordError, current
-from .model_build import build_model, default_schedule
+from .tuning.history import ApplyHistoryBest, MissingRecordError, current
+from .graph.build import build_model, default_schedule
 
 __all__ = ["build"]
 

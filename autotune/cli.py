@@ -291,7 +291,7 @@ def _most_common_error(database: str, target: str, tasks) -> str:
 
 
 def _write_report_dir(directory: str, reports) -> None:
-    from .report import format_report, save_plot
+    from .tuning.report import format_report, save_plot
 
     os.makedirs(directory, exist_ok=True)
     many = len(reports) > 1
@@ -342,9 +342,9 @@ def _tune(argv) -> int:
     from autotune.measure import MeasureConfig
     from records import DatabaseError
 
-    from .progress import Progress
-    from .report import format_report
-    from .tune_model import BuildConfig, CoverageError, RunControl, parse_duration
+    from .tuning.progress import Progress
+    from .tuning.report import format_report
+    from .tuning.tune_model import BuildConfig, CoverageError, RunControl, parse_duration
 
     # 1. Everything the user got wrong is found here, before the model is tuned: option
     #    values, a target this machine cannot run, outputs that could not be written.
@@ -462,7 +462,7 @@ def _report(argv) -> int:
     args = _report_parser().parse_args(argv)
     from records import Database, DatabaseError
 
-    from .report import format_report, load
+    from .tuning.report import format_report, load
 
     if args.report:
         try:

@@ -72,7 +72,7 @@ def _ms(seconds: float) -> float:
 
 def build_phases(cands: dict, target: str = "llvm -num-cores 2") -> dict:
     """Thread CPU time per build phase, per workload (median and mean over candidates)."""
-    from autotune.build import codegen_options
+    from autotune.runtime.build import codegen_options
     from tensor_ir.codegen import codegen, compile_module
     from tensor_ir.lower import lower
 
@@ -128,7 +128,7 @@ def builder_wall(cands: dict, workers: int = 2, target: str = "llvm -num-cores 2
 # ---------------------------------------------------------------------------------------------
 
 def _write_objects(cands: dict, directory: str) -> None:
-    from autotune.build import build_object
+    from autotune.runtime.build import build_object
 
     for name, funcs in cands.items():
         for i, func in enumerate(funcs):

@@ -61,7 +61,7 @@ def compare(name: str, database: str, key: str = DEFAULT_KEY, value: int = 1,
             threads: int = 2, rounds: int = 15, small: bool = False) -> dict:
     import autotune
     from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, remove_artifacts
-    from autotune.tune_model import model_tasks, weight_state
+    from autotune.tuning.tune_model import model_tasks, weight_state
     from records import Database
     from schedules.postproc import strip_postproc
     from schedules.space import DesignSpace

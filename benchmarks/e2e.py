@@ -228,7 +228,7 @@ def kernel_table(lib, database: str, target, repeat: int = 15, alone: dict | Non
     at alone (the tuner's measurement, times its calls), and their ratio; with ``alone``
     (ms per call by workload key, retime_tasks'), the record re-timed alone beside the model
     too (``alone_ms``, ``model_vs_alone``)."""
-    from autotune.history import choose_record
+    from autotune.tuning.history import choose_record
     from records import Database
 
     rows: dict[str, dict] = {}
@@ -239,7 +239,7 @@ def kernel_table(lib, database: str, target, repeat: int = 15, alone: dict | Non
         row["model_ms"] += ms
     with Database(database) as db:
         for key, row in rows.items():
-            # The record the build took: the model's choice (autotune.model_rerank), else
+            # The record the build took: the model's choice (autotune.tuning.rerank), else
             # the best by score.
             best = (choose_record(db, db.workload(key).func, target, lib.model.name).record
                     if db.has_workload(key) else None)
@@ -296,9 +296,9 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
 
     from autotune.measure import LocalBuilder, LocalRunner, MeasureConfig, built
     from autotune.measure.host import CrossCoreProbe
-    from autotune.tune_model import model_tasks, weight_state
+    from autotune.tuning.tune_model import model_tasks, weight_state
     from benchmarks.common import round_states, rounds_by_state, time_once
-    from autotune.history import choose_record
+    from autotune.tuning.history import choose_record
     from records import Database
 
     weights = weight_state(model, target)
@@ -352,9 +352,9 @@ def retime_tasks(model, target, database: str, run_model, rounds: int = RETIME_R
 def bench_model(name: str, args) -> dict:
     import autotune
     from autotune.measure import MeasureConfig
-    from autotune.model_build import build_model
-    from autotune.progress import Progress
-    from autotune.tune_model import RunControl, model_tasks
+    from autotune.graph.build import build_model
+    from autotune.tuning.progress import Progress
+    from autotune.tuning.tune_model import RunControl, model_tasks
     from search import SearchConfig
 
     options = SMALL_OPTIONS[name] if args.small else {}

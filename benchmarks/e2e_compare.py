@@ -54,7 +54,7 @@ def _by_state(states: list[str], samples: dict[str, list[float]]) -> dict:
 def compare(name: str, databases: list[str], threads: int = 2, rounds: int = 30,
             small: bool = False, by_state: bool = False) -> dict:
     import autotune
-    from autotune.model_build import build_model
+    from autotune.graph.build import build_model
     from benchmarks.common import interleaved_medians
 
     options = SMALL_OPTIONS[name] if small else {}

@@ -51,7 +51,7 @@ def node_times(events: list[dict], since_us: float) -> list[dict]:
 def profile_ops(name: str, database: str | None, threads: int = 2, rounds: int = 20,
                 runs: int = 3, small: bool = False, cooldown: float = 0.15) -> dict:
     import autotune
-    from autotune.model_build import build_model
+    from autotune.graph.build import build_model
 
     options = SMALL_OPTIONS[name] if small else {}
     model = autotune.load_model(name, **options)

@@ -196,7 +196,7 @@ def _ours(m: int, n: int, k: int, rows: int, k_block: int, threads: int, a, b,
 
     import autotune
     from autotune.measure.runner import aligned_empty
-    from autotune.prepack import split_packing
+    from autotune.runtime.prepack import split_packing
     from tensor_ir import ops
 
     target = f"llvm -num-cores {threads}"

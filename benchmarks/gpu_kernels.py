@@ -149,7 +149,7 @@ def main(argv=None) -> None:
     import argparse
 
     from autotune.backends import build_gpu
-    from autotune.gpu import opencl_problem
+    from autotune.runtime.opencl import opencl_problem
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_kernels")
     parser.add_argument("--only", default=None,
@@ -165,7 +165,7 @@ def main(argv=None) -> None:
     out: dict = {"benchmark": "gpu_kernels", "device": None, "schedules": {}}
     kind = args.target
     if kind in ("auto", "cuda"):
-        from autotune.cuda import cuda_device_facts, cuda_problem, cuda_target
+        from autotune.runtime.cuda import cuda_device_facts, cuda_problem, cuda_target
 
         problem = cuda_problem()
         if problem is None:

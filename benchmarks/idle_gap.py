@@ -126,7 +126,7 @@ def _serve(conn, name: str, options: dict, target: str, database, runtime: str) 
 def _build(model, target, database, runtime: str):
     """The model built with its parallel loops on ``runtime``; the process's compiled
     kernels are forgotten first, so the other runtime's are not reused."""
-    from autotune.model_build import build_model, clear_caches
+    from autotune.graph.build import build_model, clear_caches
     from tensor_ir.codegen import parallel
 
     clear_caches()

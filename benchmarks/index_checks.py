@@ -25,7 +25,7 @@ import json
 import numpy as np
 
 from autotune.backends import backend_for
-from autotune.build import codegen_options
+from autotune.runtime.build import codegen_options
 from autotune.measure.cpu import _Harness, aligned_empty
 from benchmarks.common import environment, interleaved_medians
 from tensor_ir import te

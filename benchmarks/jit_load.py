@@ -117,7 +117,7 @@ def _median_load_seconds(load, object_code: bytes, loads: int) -> float:
 def measure_kernel(func, threads: int, loads: int, rounds: int, min_seconds: float) -> dict:
     import numpy as np
 
-    from autotune.build import codegen_options
+    from autotune.runtime.build import codegen_options
     from benchmarks.common import interleaved_medians
     from tensor_ir.codegen import JITModule, codegen, compile_module
     from tensor_ir.codegen.llvm import symbol_name

@@ -76,7 +76,7 @@ def main(argv=None) -> None:
     import argparse
 
     import autotune
-    from autotune.cuda import cuda_device_facts, cuda_problem, cuda_target
+    from autotune.runtime.cuda import cuda_device_facts, cuda_problem, cuda_target
     from autotune.measure import MeasureConfig
     from search import SearchConfig
 

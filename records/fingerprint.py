@@ -22,6 +22,8 @@ import hashlib
 from collections.abc import Mapping
 from functools import lru_cache
 
+from tensor_ir.devices import cuda_device_facts, cuda_version, opencl_device_facts
+
 from .keys import canonical_json
 
 __all__ = ["HARDWARE_FIELDS", "fingerprint_differences", "hardware_hash", "target_fingerprint"]
@@ -47,54 +49,22 @@ def _llvm_version() -> str | None:
     return ".".join(str(v) for v in llvm.llvm_version_info)
 
 
-@lru_cache(maxsize=None)
-def _cuda_version() -> str | None:
-    # NOTE: pycuda is optional; get_version() reports the CUDA version pycuda was built
-    # against and needs no device, so it is safe to ask on a machine without a GPU.
-    try:
-        import pycuda.driver as cuda
-    except Exception:  # ImportError, or a broken CUDA install failing at import
-        return None
-    try:
-        return ".".join(str(v) for v in cuda.get_version())
-    except Exception:
-        return None
-
-
-@lru_cache(maxsize=None)
-def _cuda_device() -> tuple[str | None, int | None]:
-    # (name, driver version) of the GPU a cuda target runs on here (device 0, as
-    # autotune.cuda uses); neither needs a context.  (None, None) without pycuda or a GPU.
-    try:
-        import pycuda.driver as cuda
-
-        cuda.init()
-        return cuda.Device(0).name(), cuda.get_driver_version()
-    except Exception:  # ImportError, no driver, no device
-        return None, None
-
-
-def _opencl_device_name(target) -> str | None:
-    # Part of an opencl target's hardware (see _hardware_fields).  Empty facts (no OpenCL
-    # runtime here) leave it unknown rather than failing the record.
-    from tensor_ir.target import opencl_device_facts
-
-    return opencl_device_facts(dict(target.options).get("platform")).get("name")
-
-
 @lru_cache(maxsize=256)
 def _fingerprint_of(canonical: str) -> tuple:
     from tensor_ir.target import Target
 
     target = Target(canonical)
+    # The GPU it runs on here (for cuda device 0, as autotune.runtime.cuda uses); empty facts
+    # (no runtime or device here) leave its name unknown rather than failing the record.
+    device = (opencl_device_facts(dict(target.options).get("platform"))
+              if target.kind == "opencl" else cuda_device_facts() if target.kind == "cuda"
+              else {})
     data = {"target": str(target), "kind": target.kind, "triple": target.triple,
             "cpu": target.cpu, "features": sorted(target.features),
             "vector_bits": target.vector_bits, "arch": target.arch,
             "model_name": target.model_name, "llvm_version": _llvm_version(),
-            "cuda_version": _cuda_version() if target.kind == "cuda" else None,
-            "device": _opencl_device_name(target) if target.kind == "opencl"
-            else _cuda_device()[0] if target.kind == "cuda" else None,
-            "driver": _cuda_device()[1] if target.kind == "cuda" else None}
+            "cuda_version": cuda_version() if target.kind == "cuda" else None,
+            "device": device.get("name"), "driver": device.get("driver")}
     return tuple(data.items())
 
 

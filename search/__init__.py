@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from . import measure, mutators, simulation
 from .config import SchedulerConfig, SearchConfig
-from .evolutionary import EvolutionarySearch
+from .evolutionary import EvolutionConfig, EvolutionarySearch
 from .measure import MeasureContext
 from .loop import LoopResult, TrialResult, TuningLoop, make_logger, workload_cost
 from .mutators import Mutator, default_mutators, mutate
@@ -27,6 +27,7 @@ from .strategy import SearchError, SearchStrategy, create, kinds, register
 
 __all__ = [
     "CandidatePool",
+    "EvolutionConfig",
     "EvolutionarySearch",
     "LoopResult",
     "MeasureContext",

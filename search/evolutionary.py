@@ -43,69 +43,85 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .mutators import (DEFAULT_WEIGHTS, Mutator, default_mutators, mutate,
                        sampling_signature, transplant)
 from .pool import SearchCandidate
 from .strategy import SearchError, SearchStrategy, register
 
-__all__ = ["EvolutionarySearch"]
+__all__ = ["EvolutionConfig", "EvolutionarySearch"]
 
 # Least weight of a sketch in fresh random draws, however slow its programs measured: the
 # model may have met only its poor corners.
 SKETCH_WEIGHT_FLOOR = 0.05
 
 
+@dataclass(frozen=True)
+class EvolutionConfig:
+    """The sizes and shares of an evolutionary search, checked once when made.
+
+    population       candidates kept between batches (None: 3x the batch).
+    generations      rounds of mutation and selection per batch.
+    mutants          children per generation (None: the batch size).
+    prior_samples    random programs a model trained before the run ranks for the first
+                     batch (None: 16x the batch).
+    random_fraction  share of the batch drawn fresh into the population each batch.
+    eps_greedy       share of each batch measured from fresh random samples.
+    num_elites       measured programs that may parent (None: the batch size).
+    elite_share      chance that a child's parent is an elite rather than a population member.
+    cross_share      share of the mutation attempts that carry an elite's decisions into a
+                     sibling sketch instead.
+    max_failures     samples in a row that give nothing new before the space is taken to be
+                     exhausted.
+    """
+
+    population: int | None = None
+    generations: int = 2
+    mutants: int | None = None
+    prior_samples: int | None = None
+    random_fraction: float = 0.5
+    eps_greedy: float = 0.1
+    num_elites: int | None = None
+    elite_share: float = 0.5
+    cross_share: float = 0.1
+    max_failures: int = 64
+
+    def __post_init__(self):
+        for name in ("population", "mutants", "num_elites", "prior_samples"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise SearchError(f"EvolutionConfig: {name} must be a positive int or None, "
+                                  f"got {value!r}")
+        if not isinstance(self.generations, int) or self.generations < 0:
+            raise SearchError(f"EvolutionConfig: generations must be an int >= 0, got "
+                              f"{self.generations!r}")
+        for name in ("random_fraction", "eps_greedy", "elite_share", "cross_share"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
+                raise SearchError(f"EvolutionConfig: {name} must be in [0, 1], got {value!r}")
+        if not isinstance(self.max_failures, int) or self.max_failures < 1:
+            raise SearchError(f"EvolutionConfig: max_failures must be a positive int, got "
+                              f"{self.max_failures!r}")
+
+
 class EvolutionarySearch(SearchStrategy):
-    """Options (keywords): ``seed``; ``population`` (default 3x the batch); ``generations``;
-    ``mutants`` per generation (default the batch size); ``prior_samples``: random programs a
-    model trained before the run ranks for the first batch (default 16x the batch);
-    ``random_fraction`` of the batch drawn fresh into the population each batch;
-    ``eps_greedy`` share of each batch measured from fresh random samples; ``num_elites``
-    measured programs that may parent (default the batch size); ``mutators`` and
-    ``mutator_weights`` (by mutator name); ``max_failures`` samples in a row that give
-    nothing new before the space is taken to be exhausted; ``cross_share`` of the mutation
-    attempts carry an elite's decisions into a sibling sketch instead."""
+    """Options: ``seed``; ``config``, an :class:`EvolutionConfig` (sizes and shares);
+    ``mutators`` and ``mutator_weights`` (by mutator name), what changes a decision."""
 
     kind = "evolutionary"
 
-    def __init__(self, seed: int = 0, population: int | None = None, generations: int = 2,
-                 mutants: int | None = None, random_fraction: float = 0.5,
-                 eps_greedy: float = 0.1, num_elites: int | None = None,
+    def __init__(self, seed: int = 0, config: EvolutionConfig | None = None,
                  mutators: Sequence[Mutator] | None = None,
-                 mutator_weights: dict[str, float] | None = None, max_failures: int = 64,
-                 elite_share: float = 0.5, prior_samples: int | None = None,
-                 cross_share: float = 0.1):
+                 mutator_weights: dict[str, float] | None = None):
         super().__init__(seed)
-        for name, value in (("population", population), ("mutants", mutants),
-                            ("num_elites", num_elites), ("prior_samples", prior_samples)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise SearchError(f"EvolutionarySearch: {name} must be a positive int or None, "
-                                  f"got {value!r}")
-        if not isinstance(generations, int) or generations < 0:
-            raise SearchError(f"EvolutionarySearch: generations must be an int >= 0, got "
-                              f"{generations!r}")
-        for name, value in (("random_fraction", random_fraction), ("eps_greedy", eps_greedy),
-                            ("elite_share", elite_share), ("cross_share", cross_share)):
-            if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
-                raise SearchError(f"EvolutionarySearch: {name} must be in [0, 1], got "
-                                  f"{value!r}")
-        if not isinstance(max_failures, int) or max_failures < 1:
-            raise SearchError(f"EvolutionarySearch: max_failures must be a positive int, got "
-                              f"{max_failures!r}")
-        self.population_size = population
-        self.generations = generations
-        self.mutants = mutants
-        self.prior_samples = prior_samples
-        self.random_fraction = float(random_fraction)
-        self.eps_greedy = float(eps_greedy)
-        self.elite_share = float(elite_share)
-        self.cross_share = float(cross_share)
-        self.num_elites = num_elites
+        if not isinstance(config, (EvolutionConfig, type(None))):
+            raise SearchError(f"EvolutionarySearch: config must be an EvolutionConfig, got "
+                              f"{type(config).__name__}")
+        self.config = config or EvolutionConfig()
         self.mutators = list(mutators) if mutators is not None else default_mutators()
         self.mutator_weights = dict(DEFAULT_WEIGHTS if mutator_weights is None
                                     else mutator_weights)
-        self.max_failures = max_failures
         self._sketch_cache: dict[str, int | None] = {}  # final trace hash -> sketch index
         self._siblings: list[list[int]] | None = None  # per sketch: others of its signature
         # Unmeasured candidates carried between batches, by program hash (insertion order is
@@ -123,30 +139,30 @@ class EvolutionarySearch(SearchStrategy):
             return []
         measured = bool(self.best_measured(1))
         if not measured and not self.model.is_trained:
-            batch = self._random_new(count, set(), self.max_failures)
+            batch = self._random_new(count, set(), self.config.max_failures)
             for c in batch:
                 c.origin = "random"
             return batch
 
         # 1. Drop what was measured since, top up with fresh random samples.
-        size = self.population_size or 3 * count
-        mutants = self.mutants or count
+        size = self.config.population or 3 * count
+        mutants = self.config.mutants or count
         self.population = {h: c for h, c in self.population.items() if pool.is_new(c)}
-        n_fresh = max(1, math.ceil(self.random_fraction * count))
+        n_fresh = max(1, math.ceil(self.config.random_fraction * count))
         if not measured:
             # A model trained before this task (pre-trained on other workloads) ranks from
             # the first batch; with no elites to mutate yet, it picks from a wide pool of
             # random programs, kept whole until the batch is chosen.
-            wide = self.prior_samples or 16 * count
+            wide = self.config.prior_samples or 16 * count
             n_fresh = max(n_fresh, size - len(self.population), wide)
-        fresh = self._random_new(n_fresh, set(self.population), self.max_failures)
+        fresh = self._random_new(n_fresh, set(self.population), self.config.max_failures)
         for c in fresh:
             c.origin = "random"
             self.population[c.program_hash] = c
 
         # 2. Generations of mutation and truncation selection by predicted score.
-        for _ in range(self.generations):
-            parents = self.best_measured(self.num_elites or count) + list(
+        for _ in range(self.config.generations):
+            parents = self.best_measured(self.config.num_elites or count) + list(
                 self.population.values())
             if not parents:
                 break
@@ -162,8 +178,8 @@ class EvolutionarySearch(SearchStrategy):
 
         # 3. The batch: best predicted, plus the epsilon-greedy share of fresh random ones.
         n_random = 0
-        if self.eps_greedy > 0 and fresh:
-            n_random = min(len(fresh), count, max(1, round(self.eps_greedy * count)))
+        if self.config.eps_greedy > 0 and fresh:
+            n_random = min(len(fresh), count, max(1, round(self.config.eps_greedy * count)))
         # A model that has measured nothing of this task ranks programs within a sketch well
         # (tile sizes, vector widths: what its source workloads taught it) but may rank whole
         # sketches wrongly here: on a MobileNetV2 pointwise convolution a ResNet-18 model put
@@ -247,7 +263,7 @@ class EvolutionarySearch(SearchStrategy):
         weights = [len(ranked) - r for r in range(len(ranked))]
         # Measured programs parent half of the children by their measured rank: a measured
         # time is better evidence than any prediction.
-        elites = self.best_measured(self.num_elites or count)
+        elites = self.best_measured(self.config.num_elites or count)
         elite_weights = [len(elites) - r for r in range(len(elites))]
         children: list[SearchCandidate] = []
         seen = set(self.population)
@@ -255,7 +271,8 @@ class EvolutionarySearch(SearchStrategy):
         while len(children) < count and attempts < 4 * count:
             attempts += 1
             parent, sibling = None, None
-            if elites and self.cross_share and self.rng.random() < self.cross_share:
+            share = self.config.cross_share
+            if elites and share and self.rng.random() < share:
                 parent = self.rng.choices(elites, weights=elite_weights)[0]
                 sibling = self._sibling(parent)
             if sibling is not None:
@@ -263,7 +280,7 @@ class EvolutionarySearch(SearchStrategy):
                 origin = "transplant"
             else:
                 origin = "mutant"
-                if elites and self.rng.random() < self.elite_share:
+                if elites and self.rng.random() < self.config.elite_share:
                     parent = self.rng.choices(elites, weights=elite_weights)[0]
                 else:
                     parent = self.rng.choices(ranked, weights=weights)[0]

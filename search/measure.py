@@ -193,7 +193,7 @@ class MeasureInput:
 
     ``weight_params``: indices of parameters that are a model's constant weights.  A built model
     packs a weight into the layout the schedule reads it in once, at build (see
-    autotune.prepack), so a CPU builder and runner time the candidate without that packing:
+    autotune.runtime.prepack), so a CPU builder and runner time the candidate without that packing:
     the runner packs the workload's array once, before the timed calls.  ``cold_weights``:
     those weights are read from memory on every call in the model (its weights do not stay
     in the last-level cache), so a CPU runner times each call on weights not in cache.

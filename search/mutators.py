@@ -14,7 +14,7 @@ result when the space accepts it.  One mutator per kind of decision:
 Besides one-decision steps, ``transplant`` carries all of a program's decisions into a sibling
 sketch: one whose sampling instructions are the same kinds with the same attributes (a packed
 matmul's sketches with panels two or three registers wide, say).  The search uses it so a
-good tiling found in one sketch is tried in the others (see EvolutionarySearch.cross_share).
+good tiling found in one sketch is tried in the others (see EvolutionConfig.cross_share).
 
 A mutator proposes; it does not know whether the new decision is legal everywhere (a compute
 location's candidate loops are only known while replaying).  An illegal one makes the replay

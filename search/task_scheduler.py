@@ -67,7 +67,7 @@ from .loop import TuningLoop, make_logger
 from .mutators import sampling_signature
 from .strategy import SearchError
 
-__all__ = ["POLICIES", "SchedulerResult", "SchedulerTask", "TaskScheduler",
+__all__ = ["POLICIES", "SchedulerResult", "SchedulerTask", "TaskScheduler", "TaskTotals",
            "estimated_latency"]
 
 # Task states: "waiting" (nothing measured in this run yet), "tuning", and the final ones.
@@ -176,20 +176,11 @@ def estimated_latency(tasks: Sequence[SchedulerTask]) -> tuple[float, int]:
     return total, estimated
 
 
-@dataclass
-class SchedulerResult:
-    """What a scheduler run did: the tasks (final state), ``trials_run`` in this run,
-    ``stopped`` (why it ended: "budget", "deadline", "interrupted", "done" when every task
-    stopped on its own), ``wall_seconds``, and ``curve``: (seconds since the start, model
-    trials so far, estimated latency) after every batch."""
+class TaskTotals:
+    """What a summary of a model's tasks (its ``tasks``: SchedulerTask) derives from them:
+    the model's ``trials``, its ``estimated_latency`` and the ``failed`` tasks."""
 
     tasks: list[SchedulerTask]
-    budget: int | None
-    trials_run: int
-    stopped: str
-    wall_seconds: float
-    curve: list[tuple[float, int, float]] = field(default_factory=list)
-    remeasured: dict[str, list[dict]] = field(default_factory=dict)
 
     @property
     def trials(self) -> int:
@@ -202,6 +193,22 @@ class SchedulerResult:
     @property
     def failed(self) -> list[SchedulerTask]:
         return [t for t in self.tasks if t.status == "failed"]
+
+
+@dataclass
+class SchedulerResult(TaskTotals):
+    """What a scheduler run did: the tasks (final state), ``trials_run`` in this run,
+    ``stopped`` (why it ended: "budget", "deadline", "interrupted", "done" when every task
+    stopped on its own), ``wall_seconds``, and ``curve``: (seconds since the start, model
+    trials so far, estimated latency) after every batch."""
+
+    tasks: list[SchedulerTask]
+    budget: int | None
+    trials_run: int
+    stopped: str
+    wall_seconds: float
+    curve: list[tuple[float, int, float]] = field(default_factory=list)
+    remeasured: dict[str, list[dict]] = field(default_factory=dict)
 
 
 class TaskScheduler:

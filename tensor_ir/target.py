@@ -36,11 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import dtype as dt
+from .devices import opencl_device_facts
 from .errors import TensorIRError
 from .llvm_support import llvm_names
 
-__all__ = ["KINDS", "HostInfo", "Target", "TargetError", "host_info", "opencl_device",
-           "opencl_device_facts"]
+__all__ = ["KINDS", "HostInfo", "Target", "TargetError", "host_info"]
 
 
 class TargetError(TensorIRError, ValueError):
@@ -277,56 +277,6 @@ def host_info() -> HostInfo:
                          num_cores=_usable_cores(), model_name=model, l1d_cache=caches["l1d"],
                          l2_cache=caches["l2"], l3_cache=caches["l3"], cache_line=caches["line"])
         return _HOST
-
-
-_OPENCL_FACTS: dict[str | None, dict] = {}
-_OPENCL_LOCK = threading.Lock()
-
-
-def opencl_device(platform: str | None = None) -> tuple:
-    """(device, names of every device seen) for ``-platform``: the first OpenCL device whose
-    platform name, vendor or device name contains ``platform`` (case-insensitive); with None,
-    the first device of the best kind: a GPU, then an accelerator, then a CPU, then a
-    simulator.  Oclgrind (a simulator that reports itself as every kind) is only taken when
-    named, so installing it for race checks never makes it the device that is timed.  The
-    device is None when nothing matches; pyopencl's errors propagate."""
-    import pyopencl as cl
-
-    found, seen = [], []
-    for plat in cl.get_platforms():
-        for device in plat.get_devices():
-            names = f"{plat.name} {plat.vendor} {device.name}"
-            seen.append(f"{plat.name}: {device.name.strip()}")
-            if platform is not None:
-                if platform.lower() in names.lower():
-                    return device, seen
-                continue
-            simulator = "oclgrind" in names.lower()
-            rank = (3 if simulator else 0 if device.type & cl.device_type.GPU
-                    else 1 if device.type & cl.device_type.ACCELERATOR else 2)
-            found.append((rank, len(found), device))
-    best = min(found, default=None, key=lambda item: item[:2])
-    return (best[2] if best is not None else None), seen
-
-
-def opencl_device_facts(platform: str | None = None) -> dict:
-    """Name, max work-group size and local memory size of the device ``opencl_device``
-    picks, read once per process; empty when pyopencl is not importable or no device
-    matches."""
-    with _OPENCL_LOCK:
-        if platform in _OPENCL_FACTS:
-            return _OPENCL_FACTS[platform]
-        facts: dict = {}
-        try:
-            device, _ = opencl_device(platform)
-            if device is not None:
-                facts = {"name": device.name.strip(),
-                         "max_work_group_size": int(device.max_work_group_size),
-                         "local_mem_size": int(device.local_mem_size)}
-        except Exception:  # noqa: BLE001 - no runtime, no ICD, a broken driver: use defaults
-            facts = {}
-        _OPENCL_FACTS[platform] = facts
-        return facts
 
 
 def _arch_of(triple: str) -> str:
@@ -766,11 +716,9 @@ class Target:
     # -- registry ----------------------------------------------------------------------------------
     @staticmethod
     def register(name: str, spec: str | Target = "llvm", overwrite: bool = False, *,
-                 triple: str | None = None, cpu: str | None = None,
-                 features=None, num_cores: int | None = None,
-                 vector_width: int | None = None, l1d_cache: int | str | None = None,
-                 l2_cache: int | str | None = None, l3_cache: int | str | None = None,
-                 cache_line: int | None = None, intrinsics=None) -> Target:
+                 triple: str | None = None, cpu: str | None = None, features=None,
+                 num_cores: int | None = None, vector_width: int | None = None,
+                 caches: Mapping[str, int | str] | None = None, intrinsics=None) -> Target:
         """Give ``spec`` a name usable wherever a target string is (``Target(name)``, with
         further options allowed after it).  Returns the target the name stands for.
 
@@ -779,12 +727,14 @@ class Target:
         keyed by, carries them and parses again in a process that never registered the
         name): ``triple`` (-mtriple), ``cpu`` (-mcpu), ``features`` ("+avx2,-avx512f" or a
         list of such entries, added to the spec's -mattr), ``num_cores``, ``vector_width``
-        (bits), ``l1d_cache`` / ``l2_cache`` / ``l3_cache`` (bytes, or "32K", "1M"),
-        ``cache_line`` (bytes) and ``intrinsics`` (names registered in
-        :mod:`tensor_ir.intrinsics`, added to the spec's -intrinsics; each must exist and,
-        for an LLVM implementation, suit the target's architecture and features)::
+        (bits), ``caches`` (the sizes known, by level: "l1d", "l2", "l3" in bytes or as
+        "32K", "1M", and "line", the cache line in bytes; -l1d-cache, ..., -cache-line) and
+        ``intrinsics`` (names registered in :mod:`tensor_ir.intrinsics`, added to the spec's
+        -intrinsics; each must exist and, for an LLVM implementation, suit the target's
+        architecture and features)::
 
-            Target.register("avx2-4core", "llvm -mcpu=haswell", num_cores=4, l2_cache="1M")
+            Target.register("avx2-4core", "llvm -mcpu=haswell", num_cores=4,
+                            caches={"l2": "1M", "line": 64})
             Target.register("my-accel-host", intrinsics=["my_dot_8x4"])
         """
         if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*", name or ""):
@@ -797,9 +747,8 @@ class Target:
             raise TargetError(f"cannot register target {name!r}: the spec is a string or "
                               f"Target, got {type(spec).__name__}")
         extra = _fact_options(name, text, triple=triple, cpu=cpu, features=features,
-                              num_cores=num_cores, vector_width=vector_width,
-                              l1d_cache=l1d_cache, l2_cache=l2_cache, l3_cache=l3_cache,
-                              cache_line=cache_line, intrinsics=intrinsics)
+                              num_cores=num_cores, vector_width=vector_width, caches=caches,
+                              intrinsics=intrinsics)
         if extra:
             text = " ".join([text] + [f"-{k}={shlex.quote(v)}" for k, v in extra])
         target = Target(text)  # validate before storing
@@ -872,6 +821,9 @@ def _names_of(value, what: str, name: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+_CACHE_OPTIONS = {"l1d": "l1d-cache", "l2": "l2-cache", "l3": "l3-cache", "line": "cache-line"}
+
+
 def _fact_options(name: str, spec: str, **facts) -> list[tuple[str, str]]:
     """The options ``Target.register``'s keyword arguments stand for, in a fixed order.  A list
     option (-mattr, -intrinsics) extends what ``spec`` already says rather than replacing it."""
@@ -895,12 +847,15 @@ def _fact_options(name: str, spec: str, **facts) -> list[tuple[str, str]]:
         before = tuple(e for e in written.get(option, "").split(",") if e.strip())
         if entries:
             out.append((option, ",".join(before + entries)))
-    for key, option, size in (("num_cores", "num-cores", False),
-                              ("vector_width", "vector-width", False),
-                              ("l1d_cache", "l1d-cache", True), ("l2_cache", "l2-cache", True),
-                              ("l3_cache", "l3-cache", True),
-                              ("cache_line", "cache-line", False)):
-        value = facts[key]
+    caches = {} if facts["caches"] is None else facts["caches"]
+    if not isinstance(caches, Mapping) or set(caches) - set(_CACHE_OPTIONS):
+        raise TargetError(f"cannot register target {name!r}: caches maps some of "
+                          f"{', '.join(map(repr, _CACHE_OPTIONS))} to sizes, got {caches!r}")
+    for key, option, value, size in (
+            ("num_cores", "num-cores", facts["num_cores"], False),
+            ("vector_width", "vector-width", facts["vector_width"], False),
+            *((f"caches[{k!r}]", opt, caches.get(k), k != "line")
+              for k, opt in _CACHE_OPTIONS.items())):
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, str)) or (

@@ -1,7 +1,7 @@
 """Whether OpenCL kernels can be built and run in this test process, and why not.
 
 A device can be listed and still unable to compile (PoCL's bundled LLVM refuses CPUs newer
-than itself), so the question is ``autotune.gpu.opencl_problem``'s: one probe compile per
+than itself), so the question is ``autotune.runtime.opencl.opencl_problem``'s: one probe compile per
 process, whose answer becomes the skip reason.
 
 When the default device cannot compile, the tests run on Oclgrind instead: a simulated
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.gpu import opencl_problem
+from autotune.runtime.opencl import opencl_problem
 
 PROBLEM = opencl_problem()
 OPENCL = PROBLEM is None

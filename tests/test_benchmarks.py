@@ -321,7 +321,7 @@ def _recorded_copies(db_path: str, copies: int) -> str:
     """A database holding, for the small BERT layer's first task with a register tile, one
     record of a candidate whose tile takes ``copies`` copies per reduction step; its name."""
     import autotune
-    from autotune.tune_model import model_tasks
+    from autotune.tuning.tune_model import model_tasks
     from benchmarks.decision_ab import decision_indices
     from records import Database, TuningRecord
     from schedules.space import DesignSpace

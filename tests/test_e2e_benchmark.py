@@ -15,7 +15,7 @@ pytest.importorskip("onnxruntime")
 
 def test_export_matches_our_build_for_every_benchmarked_zoo_model():
     import autotune
-    from autotune.model_build import build_model
+    from autotune.graph.build import build_model
     from benchmarks.e2e import MODELS, SMALL_OPTIONS, onnxruntime_session, to_onnx
 
     assert set(MODELS) == {"resnet18", "mobilenet_v2", "bert_base_layer"}
@@ -158,7 +158,7 @@ def test_e2e_ops_profiles_our_kernels_beside_onnxruntime_s_nodes():
     doc = json.loads(buf.getvalue())
     assert doc["database"] is None and doc["coverage"] == 0
     import autotune
-    from autotune.model_build import build_model
+    from autotune.graph.build import build_model
 
     lib = build_model(autotune.load_model("bert_base_layer", **doc["options"]), "llvm",
                       warn=False)

@@ -188,7 +188,7 @@ def _inputs(params: list, seed: int) -> list[np.ndarray]:
 
 
 def _reference(request: dict, state: dict) -> dict:
-    from autotune.build import build
+    from autotune.runtime.build import build
     from tensor_ir.func import PrimFunc
 
     cache = state.setdefault("references", {})
@@ -210,7 +210,7 @@ def handle_request(request: dict, state: dict) -> dict:
     """Entry point of the runner's worker process: run one program and check it."""
     import ctypes
 
-    from autotune.build import build, load_module
+    from autotune.runtime.build import build, load_module
     from tensor_ir.func import PrimFunc
     from tensor_ir.intrinsics import load_libraries
 

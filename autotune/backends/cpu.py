@@ -26,7 +26,7 @@ class CPUBackend(Backend):
                 f"({host.triple}, cpu {host.cpu})")
 
     def compile(self, func, target: Target, name: str | None = None):
-        from autotune.build import build
+        from autotune.runtime.build import build
 
         return build(func, target, name=name)
 
@@ -53,7 +53,7 @@ class CPUBackend(Backend):
             request["intrinsics"] = shipped
 
     def run_request(self, inp, request: dict, config) -> str | None:
-        from autotune.prepack import split_packing
+        from autotune.runtime.prepack import split_packing
 
         target = inp.target
         if not target.is_host:
@@ -87,8 +87,8 @@ class CPUBackend(Backend):
         return None
 
     def build_artifact(self, inp, path: str) -> None:
-        from autotune.build import build_object
-        from autotune.prepack import split_packing
+        from autotune.runtime.build import build_object
+        from autotune.runtime.prepack import split_packing
 
         func = inp.func
         if inp.weight_params:
@@ -107,7 +107,7 @@ class CPUBackend(Backend):
     def reference_kernel(self, func, target: Target):
         # The definition as written, on the target itself: the plain loop nest is the
         # meaning every schedule must preserve.
-        from autotune.build import build
+        from autotune.runtime.build import build
 
         return build(func, target=target)
 
@@ -117,7 +117,7 @@ def host_reference_kernel(func):
     unscheduled definition is no valid device kernel, and device workloads are large (an
     SGEMM of 4096^3 takes minutes as a plain loop nest), so the CPU's default schedule
     computes it (parallel and tiled, seconds), the plain nest where there is none."""
-    from autotune.build import build
+    from autotune.runtime.build import build
     from schedules.default_schedule import default_candidate
 
     host = Target("llvm")

@@ -1,7 +1,7 @@
 """The GPU backends: ``opencl`` (any OpenCL device through pyopencl; PoCL runs it on the CPU)
 and ``cuda`` (NVIDIA GPUs through pycuda).  One lowering and one C printer serve both
-(:func:`autotune.gpu.gpu_program`, in the backend's dialect); they differ in how a device is
-found, how a kernel is loaded and which errors leave the device unusable.
+(:func:`autotune.runtime.opencl.gpu_program`, in the backend's dialect); they differ in how a
+device is found, how a kernel is loaded and which errors leave the device unusable.
 
 The default schedule of a GPU build is a sample, at the build's seed, of the GPU design space
 restricted to inlining and thread binding (DEFAULT_RULES: one output element per thread,
@@ -45,8 +45,9 @@ def gpu_default_candidate(func: PrimFunc, target: Target, seed: int = 0):
 
 def build_gpu(func: PrimFunc, target: str | Target = "opencl", name: str | None = None):
     """Lower ``func`` (if needed) for the GPU, print it in the target's dialect and compile it
-    for the target's device: an ``opencl`` target gives an :class:`autotune.gpu.GPUKernel`, a
-    ``cuda`` one an :class:`autotune.cuda.CUDAKernel`.  TargetError for a target no GPU
+    for the target's device: an ``opencl`` target gives an
+    :class:`autotune.runtime.opencl.GPUKernel`, a ``cuda`` one an
+    :class:`autotune.runtime.cuda.CUDAKernel`.  TargetError for a target no GPU
     backend serves; BuildError for a program a kernel cannot be, one the verifier refuses, or
     a missing device or runtime.  A function whose top level is a sequence of nests becomes
     one kernel per nest, launched in order."""
@@ -77,7 +78,7 @@ class GPUBackend(Backend):
         problem = self.unavailable(target)  # say so before spending a compile
         if problem is not None:
             raise BuildError(problem)
-        from autotune.gpu import gpu_program
+        from autotune.runtime.opencl import gpu_program
 
         lowered, source = gpu_program(func, target, name, dialect=self.dialect)
         return self.kernel(source, lowered, target)
@@ -104,7 +105,7 @@ class GPUBackend(Backend):
     def build_artifact(self, inp, path: str) -> None:
         """Lower, print and verify one candidate (the verifier's typed error for a program
         that cannot be a kernel on the target), and write its JSON artifact."""
-        from autotune.gpu import gpu_program
+        from autotune.runtime.opencl import gpu_program
         from autotune.measure.gpu import write_artifact
 
         _, module = gpu_program(inp.func, inp.target, dialect=self.dialect)
@@ -141,22 +142,18 @@ class OpenCLBackend(GPUBackend):
     dialect = "opencl"
 
     def unavailable(self, target: Target) -> str | None:
-        from autotune.gpu import device_context
+        from autotune.runtime.opencl import opencl_problem
 
-        try:
-            device_context(target)
-        except BuildError as err:  # no pyopencl, no platform, no matching device
-            return str(err)
-        return None
+        return opencl_problem(dict(target.options).get("platform"))
 
     def kernel(self, source, lowered, target: Target, cubin: bytes | None = None):
-        from autotune.gpu import GPUKernel
+        from autotune.runtime.opencl import GPUKernel
 
         return GPUKernel(source, lowered, target)
 
     def model_device(self, target: Target):
-        from autotune.gpu import device_context
-        from autotune.gpu_executor import OpenCLDevice
+        from autotune.runtime.opencl import device_context
+        from autotune.runtime.gpu_executor import OpenCLDevice
 
         return OpenCLDevice(device_context(target))
 
@@ -167,12 +164,12 @@ class CUDABackend(GPUBackend):
     dialect = "cuda"
 
     def unavailable(self, target: Target) -> str | None:
-        from autotune.cuda import cuda_problem
+        from autotune.runtime.cuda import cuda_problem
 
         return cuda_problem()
 
     def kernel(self, source, lowered, target: Target, cubin: bytes | None = None):
-        from autotune.cuda import CUDAKernel
+        from autotune.runtime.cuda import CUDAKernel
 
         return CUDAKernel(source, lowered, target, cubin=cubin)
 
@@ -189,7 +186,7 @@ class CUDABackend(GPUBackend):
         return isinstance(err, drv.Error)
 
     def model_device(self, target: Target):
-        from autotune.gpu_executor import CUDADevice
+        from autotune.runtime.gpu_executor import CUDADevice
 
         return CUDADevice()
 

@@ -80,44 +80,67 @@ def _window_attrs(ctx: Importer, attrs: dict, kernel_default=None, rank: int = 2
     return kernel, strides, dilations
 
 
-@_converter("Conv", inputs=(2, 3))
-def _conv(ctx: Importer) -> None:
-    attrs = ctx.attrs()
-    inputs = ctx.inputs()
-    x, w = inputs[0], inputs[1]
-    xt, wt = ctx.type_of(x), ctx.type_of(w)
-    if len(xt.shape) == 3:
+def _window_rank(ctx: Importer, convert, what: str, weight: bool) -> int | None:
+    """The spatial rank (2 or 3) of a Conv, ConvTranspose or pool node's input, checked; None
+    when the input was 1-D, which ``convert`` has then converted as 2-D (``lift_1d``)."""
+    shape = ctx.type_of(ctx.inputs()[0]).shape
+    if len(shape) == 3:
         from .onnx_converters_more import lift_1d
 
-        lift_1d(ctx, _conv, weight=True)
-        return
-    if len(xt.shape) == 5:
-        conv_3d(ctx)
-        return
-    if len(xt.shape) != 4:
-        raise ctx.unsupported(f"only 1-D, 2-D and 3-D convolutions (NCL, NCHW, NCDHW input) "
-                              f"are supported, got input shape {xt.shape}")
-    if len(wt.shape) != 4:
-        raise ctx.error(f"weight of shape {wt.shape} must have rank 4 (OIHW)")
-    kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:])
+        lift_1d(ctx, convert, weight=weight)
+        return None
+    if len(shape) not in (4, 5):
+        verb = "is" if what == "pooling" else "are"
+        raise ctx.unsupported(f"only 1-D, 2-D and 3-D {what} (NCL, NCHW, NCDHW input) {verb} "
+                              f"supported, got input shape {shape}")
+    return len(shape) - 2
+
+
+def _conv_window(ctx: Importer, attrs: dict, wt, rank: int, layout: str) -> tuple:
+    """(kernel, strides, dilations, group) of a Conv or ConvTranspose node over ``rank``
+    spatial axes, checked against its weight's type ``wt`` (laid out as ``layout``)."""
+    if len(wt.shape) != rank + 2:
+        raise ctx.error(f"weight of shape {wt.shape} must have rank {rank + 2} ({layout})")
+    kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:], rank=rank)
     if kernel != wt.shape[2:]:
         raise ctx.bad_attribute("kernel_shape", list(kernel),
                                 f"does not match the weight's shape {wt.shape}")
-    group = ctx.int_attr(attrs, "group", 1, minimum=1)
+    return kernel, strides, dilations, ctx.int_attr(attrs, "group", 1, minimum=1)
+
+
+def _add_bias(ctx: Importer, y: str, inputs, channels: int, rank: int) -> str:
+    """``y`` plus the optional bias input (one value per output channel) as a per-channel
+    add over ``rank`` spatial axes."""
+    if len(inputs) < 3 or inputs[2] is None:
+        return y
+    bias = inputs[2]
+    if ctx.type_of(bias).shape != (channels,):
+        raise ctx.error(f"bias of shape {ctx.type_of(bias).shape} must have shape "
+                        f"({channels},), one value per output channel")
+    per_channel = (channels,) + (1,) * rank
+    if ctx.is_const(bias):
+        bias = ctx.constant(ctx.const(bias, "bias").reshape(per_channel), f"{bias}_chw")
+    else:
+        bias = ctx.add("reshape", [bias], shape=per_channel)
+    return ctx.add("add", [y, bias])
+
+
+@_converter("Conv", inputs=(2, 3))
+def _conv(ctx: Importer) -> None:
+    """Conv of any spatial rank: conv2d (whose schedules are tuned; a 1-D input is lifted to
+    it), conv3d over a volume; the bias as a per-channel add."""
+    rank = _window_rank(ctx, _conv, "convolutions", weight=True)
+    if rank is None:
+        return
+    attrs, inputs = ctx.attrs(), ctx.inputs()
+    x, w = inputs[0], inputs[1]
+    xt, wt = ctx.type_of(x), ctx.type_of(w)
+    kernel, strides, dilations, group = _conv_window(ctx, attrs, wt, rank,
+                                                     "OIHW" if rank == 2 else "OIDHW")
     pads = _window_pads(ctx, attrs, xt.shape[2:], kernel, strides, dilations)
-    y = ctx.add("conv2d", [x, w], strides=strides, pads=pads, dilations=dilations,
-                groups=group)
-    if len(inputs) > 2 and inputs[2] is not None:
-        bias = inputs[2]
-        if ctx.type_of(bias).shape != (wt.shape[0],):
-            raise ctx.error(f"bias of shape {ctx.type_of(bias).shape} must have shape "
-                            f"({wt.shape[0]},), one value per output channel")
-        if ctx.is_const(bias):
-            bias = ctx.constant(ctx.const(bias, "bias").reshape(-1, 1, 1), f"{bias}_chw")
-        else:
-            bias = ctx.add("reshape", [bias], shape=(wt.shape[0], 1, 1))
-        y = ctx.add("add", [y, bias])
-    ctx.set_output(y)
+    y = ctx.add("conv2d" if rank == 2 else "conv3d", [x, w], strides=strides, pads=pads,
+                dilations=dilations, groups=group)
+    ctx.set_output(_add_bias(ctx, y, inputs, wt.shape[0], rank))
 
 
 def _window_pads(ctx: Importer, attrs: dict, spatial, kernel, strides, dilations=None):
@@ -428,17 +451,10 @@ def _pool(ctx: Importer) -> None:
     ctx.check_single_output()
     attrs = ctx.attrs()
     x = ctx.inputs()[0]
-    xt = ctx.type_of(x)
-    if len(xt.shape) == 3:
-        from .onnx_converters_more import lift_1d
-
-        lift_1d(ctx, _pool, weight=False)
+    rank = _window_rank(ctx, _pool, "pooling", weight=False)
+    if rank is None:
         return
-    if len(xt.shape) not in (4, 5):
-        raise ctx.unsupported(f"only 1-D, 2-D and 3-D pooling (NCL, NCHW, NCDHW input) is "
-                              f"supported, got {xt.shape}")
-    kernel, strides, dilations, pads, extra = pool_window(ctx, attrs, xt.shape)
-    rank = len(kernel)
+    kernel, strides, dilations, pads, extra = pool_window(ctx, attrs, ctx.type_of(x).shape)
     average = ctx.node.op_type == "AveragePool"
     # The 2-D operators (which the blocked layout knows) where they apply; the n-D ones for
     # volumes, dilated windows and an average's partial ceil-mode windows.
@@ -1033,26 +1049,14 @@ def _conv_transpose(ctx: Importer) -> None:
     inputs = ctx.inputs()
     x, w = inputs[0], inputs[1]
     xt, wt = ctx.type_of(x), ctx.type_of(w)
-    if len(xt.shape) == 3:
-        from .onnx_converters_more import lift_1d
-
-        lift_1d(ctx, _conv_transpose, weight=True)
+    rank = _window_rank(ctx, _conv_transpose, "transposed convolutions", weight=True)
+    if rank is None:
         return
-    if len(xt.shape) not in (4, 5):
-        raise ctx.unsupported(f"only 1-D, 2-D and 3-D transposed convolutions (NCL, NCHW, "
-                              f"NCDHW input) are supported, got input shape {xt.shape}")
-    rank = len(xt.shape) - 2
-    if len(wt.shape) != rank + 2:
-        raise ctx.error(f"weight of shape {wt.shape} must have rank {rank + 2} (C, K/group, "
-                        f"kernel...)")
+    kernel, strides, dilations, group = _conv_window(ctx, attrs, wt, rank,
+                                                     "C, K/group, kernel...")
     if wt.shape[0] != xt.shape[1]:
         raise ctx.error(f"weight of shape {wt.shape} does not match the input's "
                         f"{xt.shape[1]} channels")
-    kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:], rank=rank)
-    if kernel != wt.shape[2:]:
-        raise ctx.bad_attribute("kernel_shape", list(kernel),
-                                f"does not match the weight's shape {wt.shape}")
-    group = ctx.int_attr(attrs, "group", 1, minimum=1)
     if xt.shape[1] % group:
         raise ctx.bad_attribute("group", group, f"does not divide the {xt.shape[1]} input "
                                                 f"channels")
@@ -1119,18 +1123,7 @@ def _conv_transpose(ctx: Importer) -> None:
                                step=(1,) * len(shape))
             parts.append(transposed(channels(x, xt.shape), channels(w, wt.shape)))
         y = ctx.add("concat", parts, axis=1)
-    if len(inputs) > 2 and inputs[2] is not None:
-        bias, channels = inputs[2], wt.shape[1] * group
-        if ctx.type_of(bias).shape != (channels,):
-            raise ctx.error(f"bias of shape {ctx.type_of(bias).shape} must have shape "
-                            f"({channels},), one value per output channel")
-        per_channel = (channels,) + (1,) * rank
-        if ctx.is_const(bias):
-            bias = ctx.constant(ctx.const(bias, "bias").reshape(per_channel), f"{bias}_chw")
-        else:
-            bias = ctx.add("reshape", [bias], shape=per_channel)
-        y = ctx.add("add", [y, bias])
-    ctx.set_output(y)
+    ctx.set_output(_add_bias(ctx, y, inputs, wt.shape[1] * group, rank))
 
 
 def _einsum_terms(ctx: Importer, equation: str, ranks: list[int]
@@ -1240,52 +1233,17 @@ def _einsum(ctx: Importer) -> None:
     ctx.set_output(_permute(ctx, y, batch + m + n, out))
 
 
-# The converters of the rest of ONNX's elementwise math, the composite reductions and the
-# gathers register themselves on import.
-def conv_3d(ctx: Importer) -> None:
-    """Conv over a volume (an (N, C, D, H, W) input): the conv3d operator, and the bias as a
-    per-channel add."""
-    attrs = ctx.attrs()
-    inputs = ctx.inputs()
-    x, w = inputs[0], inputs[1]
-    xt, wt = ctx.type_of(x), ctx.type_of(w)
-    if len(wt.shape) != 5:
-        raise ctx.error(f"weight of shape {wt.shape} must have rank 5 (OIDHW)")
-    kernel, strides, dilations = _window_attrs(ctx, attrs, wt.shape[2:], rank=3)
-    if kernel != wt.shape[2:]:
-        raise ctx.bad_attribute("kernel_shape", list(kernel),
-                                f"does not match the weight's shape {wt.shape}")
-    group = ctx.int_attr(attrs, "group", 1, minimum=1)
-    pads = _window_pads(ctx, attrs, xt.shape[2:], kernel, strides, dilations)
-    y = ctx.add("conv3d", [x, w], strides=strides, pads=pads, dilations=dilations,
-                groups=group)
-    if len(inputs) > 2 and inputs[2] is not None:
-        bias = inputs[2]
-        if ctx.type_of(bias).shape != (wt.shape[0],):
-            raise ctx.error(f"bias of shape {ctx.type_of(bias).shape} must have shape "
-                            f"({wt.shape[0]},), one value per output channel")
-        bias = ctx.add("reshape", [bias], shape=(wt.shape[0], 1, 1, 1))
-        y = ctx.add("add", [y, bias])
-    ctx.set_output(y)
-
-
 @_converter("LpPool")
 def _lp_pool(ctx: Importer) -> None:
     """(sum over the window of |x|^p)^(1/p): a sum pool (an average that counts every window
     element, padding and ceil-mode overhang alike, times the window size) between powers;
     padding adds zeros, as ONNX's reference reads it."""
-    from .onnx_converters_more import lift_1d
-
     attrs = ctx.attrs()
     x = ctx.inputs()[0]
     _float_input(ctx, x)
-    xt = ctx.type_of(x)
-    if len(xt.shape) == 3:
-        lift_1d(ctx, _lp_pool, weight=False)
+    if _window_rank(ctx, _lp_pool, "pooling", weight=False) is None:
         return
-    if len(xt.shape) not in (4, 5):
-        raise ctx.unsupported(f"only 1-D, 2-D and 3-D pooling (NCL, NCHW, NCDHW input) is "
-                              f"supported, got {xt.shape}")
+    xt = ctx.type_of(x)
     p = ctx.int_attr(attrs, "p", 2, minimum=1)
     kernel, strides, dilations, pads, _ = pool_window(ctx, attrs, xt.shape)
     dtype = xt.dtype
@@ -1302,4 +1260,6 @@ def _lp_pool(ctx: Importer) -> None:
         ctx.set_output(ctx.add("power", [total, ctx.constant(np.array(1.0 / p, dtype))]))
 
 
+# The converters of the rest of ONNX's elementwise math, the composite reductions and the
+# gathers register themselves on import.
 from . import onnx_converters_more  # noqa: E402,F401

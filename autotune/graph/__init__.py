@@ -5,6 +5,8 @@ from .errors import FrontendError, GraphError, UnsupportedOperatorError
 from .ir import GraphBuilder, Model, Node
 from .operators import OPS, OpDef, get_op
 from . import operators_more  # noqa: F401 - registers the operators defined there
+from . import operators_nd  # noqa: F401 - registers the n-D window operators
+from . import operators_layout  # noqa: F401 - registers the Winograd and blocked forms
 from .passes import (
     LAYOUT_BLOCK, FusedGroup, MemoryPlan, blocked_layout, eliminate_dead_code, fold_batch_norm,
     fold_constants, fuse_ops, optimize, plan_memory, winograd_conv2d,

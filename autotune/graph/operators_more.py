@@ -1,6 +1,6 @@
 """More graph operators: the elementwise math of ONNX's operator set and the gathers.
 
-Registered into ``operators.OPS`` when ``operators`` is imported (see the end of that module);
+Registered into ``operators.OPS`` when ``autotune.graph`` is imported (see its ``__init__``);
 each has, as there, a type rule, a te definition and a numpy meaning.
 
 * unary float math: reciprocal, floor, ceil, round, sign, sin, cos, tan, sinh, cosh, asinh,

@@ -76,6 +76,7 @@ from search.measure import (
     check_lengths,
 )
 from tensor_ir import intrinsics
+from tensor_ir.devices import opencl_device_facts
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
@@ -120,13 +121,8 @@ def node_resources() -> dict[str, float]:
     """The resources this machine should advertise (``ray start --resources``): one unit of
     the measure resource of its CPU, and of its OpenCL device when it has one."""
     out = {measure_resource(Target.current_host()): 1.0}
-    try:
-        from tensor_ir.target import opencl_device_facts
-
-        if opencl_device_facts(None):
-            out[measure_resource(Target("opencl"))] = 1.0
-    except Exception:  # noqa: BLE001 - no OpenCL runtime here: nothing more to advertise
-        pass
+    if opencl_device_facts(None):  # empty without an OpenCL runtime: nothing more to advertise
+        out[measure_resource(Target("opencl"))] = 1.0
     return out
 
 

@@ -230,7 +230,7 @@ def _packed_arrays(packs: list[dict], arrays: list[np.ndarray], state: dict
     """The workload's arrays with each weight the candidate packs replaced by its packed
     copy: the packing kernels run here once, outside the timed calls, as a model build runs
     them (see MeasureInput.weight_params)."""
-    from autotune.build import build
+    from autotune.runtime.build import build
 
     kernels: OrderedDict = state.setdefault("packing_kernels", OrderedDict())
     out = list(arrays)

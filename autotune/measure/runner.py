@@ -23,14 +23,14 @@ Timing protocol (in the worker, per candidate):
    earlier candidate's stray write could have corrupted the worker's heap or its reference.
 
 A candidate that names model weights (``MeasureInput.weight_params``) is built without its
-packing of them (the builder splits it off, see autotune.prepack); before step 1 the worker
+packing of them (the builder splits it off, see autotune.runtime.prepack); before step 1 the worker
 runs those packing nests once on the workload's arrays and times the candidate on the packed
 copies, as a built model runs it.  When those weights are read cold in the model
 (``MeasureInput.cold_weights``), the timed calls rotate over copies of them (``weight_sets``)
 while the activations stay warm: over twice the last-level cache when the model's data take
-more than half of it (autotune.tune_model.weights_read_cold), so each call reads its weights
+more than half of it (autotune.tuning.tune_model.weights_read_cold), so each call reads its weights
 from memory; else over what the model streams between two calls of the kernel
-(``MeasureInput.cold_bytes``, see autotune.tune_model.streamed_bytes), so each call finds
+(``MeasureInput.cold_bytes``, see autotune.tuning.tune_model.streamed_bytes), so each call finds
 them evicted from the core's private caches, as in the model.
 
 A candidate of a model's task (``MeasureInput.fresh_inputs``, set by tune_model on CPUs) has

@@ -58,7 +58,7 @@ class ChoiceTables:
         """The records a build of ``workload`` on ``target`` tries, in order: the one chosen
         for it in ``context`` (a model's name; see ``choose``) where there is one, then the
         ``k`` best by score.  The build takes the first that replays
-        (``autotune.history.choose_record``, the one rule every build path uses)."""
+        (``autotune.tuning.history.choose_record``, the one rule every build path uses)."""
         ranked = self.best_k(workload, target, k, compatible_targets=compatible_targets)
         chosen = self.chosen(workload, target, context) if context else None
         if chosen is None:

@@ -41,7 +41,7 @@ claims(workload_key, target, trace_hash, owner, expires), primary key on the fir
 choices(workload_key, target, context, record_id -> records, timestamp, details), primary
     key on the first three: the record a model build takes for a workload in ``context`` (a
     model's name) rather than the best by score, because it ran fastest inside that model
-    (see ``choose`` and autotune.model_rerank); details: the in-model times as JSON.
+    (see ``choose`` and autotune.tuning.rerank); details: the in-model times as JSON.
 
 Schema history: 1 had meta, workloads and records without fingerprints, score and
 re-measurements; 2 added them (records of a version-1 file have no fingerprint: their target

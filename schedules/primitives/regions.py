@@ -15,7 +15,7 @@ from tensor_ir import arith
 from tensor_ir import dtype as dt
 from tensor_ir.expr import BufferLoad, IntImm, PrimExpr, Var, binary
 from tensor_ir.stmt import Block, BufferRegion, BufferStore, For, Range
-from tensor_ir.visitor import collect, free_vars, walk
+from tensor_ir.visitor import free_vars, walk
 
 # An interval with symbolic, inclusive ends: (lo, hi).
 Interval = tuple
@@ -112,27 +112,6 @@ def access_regions(buffer, index_tuples: list) -> tuple:
     constant apart, otherwise the whole dimension."""
     return tuple(_dim_region([idx[d] for idx in index_tuples], buffer.shape[d])
                  for d in range(len(buffer.shape)))
-
-
-def block_loads(block: Block) -> dict:
-    """``{buffer: [indices, ...]}`` of every load in the block's body and init, in order."""
-    out: dict = {}
-    for part in (block.init, block.body):
-        if part is None:
-            continue
-        for ld in collect(part, BufferLoad):
-            out.setdefault(ld.buffer, []).append(ld.indices)
-    return out
-
-
-def block_stores(block: Block) -> dict:
-    out: dict = {}
-    for part in (block.init, block.body):
-        if part is None:
-            continue
-        for st in collect(part, BufferStore):
-            out.setdefault(st.buffer, []).append(st.indices)
-    return out
 
 
 def recompute_regions(block: Block) -> Block:

@@ -76,7 +76,7 @@ _runtime_lock = threading.Lock()
 def set_runtime(name: str) -> str:
     """Make ``name`` ("pool" or "gomp") the runtime the parallel loops generated from now on
     launch on, in this process; returns the previous one.  Compiled kernels keep theirs (and
-    the model builder caches compiled kernels: ``autotune.model_build.clear_caches()`` before
+    the model builder caches compiled kernels: ``autotune.graph.build.clear_caches()`` before
     building a model again with the other runtime)."""
     global _runtime
     if name not in RUNTIMES:

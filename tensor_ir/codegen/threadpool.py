@@ -568,16 +568,6 @@ def _call(name: str, restype, argtypes: tuple, *args):
     return fn(*args)
 
 
-def entry_address(name: str) -> int:
-    """The address of the JIT runtime's entry point ``name`` (one of ENTRY_POINTS)."""
-    _ensure_jit()
-    try:
-        return _jit_addresses[name]
-    except KeyError:
-        raise BuildError(f"the parallel runtime has no entry point {name!r}; it has "
-                         f"{list(ENTRY_POINTS)}") from None
-
-
 def set_spin_count(polls: int) -> int:
     """How many times an idle worker polls for the next launch before it sleeps (like
     GOMP_SPINCOUNT; 0: sleep at once, as OMP_WAIT_POLICY=passive).  Returns the previous

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.model_build import default_schedule
+from autotune.graph.build import default_schedule
 from records import Database, Workload
 from schedules.space import DesignSpace
 from search import SearchConfig

@@ -200,7 +200,7 @@ def test_target_errors(text, message):
 def test_cuda_target_is_no_cpu_target_and_builds_through_the_gpu_path():
     with pytest.raises(TargetError, match="cuda target"):
         parse_target("cuda -arch=sm_90")
-    from autotune.cuda import cuda_problem
+    from autotune.runtime.cuda import cuda_problem
 
     if cuda_problem() is None:
         pytest.skip("a GPU is here: the build would succeed")

@@ -87,7 +87,7 @@ def test_a_run_that_set_every_task_aside_exits_1(tmp_path, capsys, monkeypatch):
     def no_space(func, target):
         raise RuntimeError("simulated: no design space")
 
-    monkeypatch.setattr(importlib.import_module("autotune.tune"), "DesignSpace", no_space)
+    monkeypatch.setattr(importlib.import_module("autotune.tuning.tune"), "DesignSpace", no_space)
     code = cli.main([*TINY, "--db", str(tmp_path / "tuning.db"), "--trials", "2", *FAST])
     err = capsys.readouterr().err
     assert code == cli.EXIT_ERROR, err

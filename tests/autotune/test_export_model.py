@@ -16,9 +16,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from autotune.build import load_module
+from autotune.runtime.build import load_module
 from autotune.graph import GraphBuilder
-from autotune.model_build import build_model
+from autotune.graph.build import build_model
 from schedules.space import DesignSpace
 from tensor_ir.errors import BuildError
 from tensor_ir.target import TargetError

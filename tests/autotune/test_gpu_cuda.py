@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.cuda import cuda_problem
+from autotune.runtime.cuda import cuda_problem
 from benchmarks.gpu_schedules import WORKLOADS, elementwise_add, sgemm_block_tile
 from search import SearchConfig
 from tensor_ir.errors import BuildError
@@ -27,7 +27,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 
 
 def _target() -> str:
-    from autotune.cuda import cuda_target
+    from autotune.runtime.cuda import cuda_target
 
     return str(cuda_target())
 
@@ -151,7 +151,7 @@ def test_multi_kernel_function_runs_in_order():
 
 @needs_gpu
 def test_device_facts_name_the_gpu():
-    from autotune.cuda import cuda_device_facts
+    from autotune.runtime.cuda import cuda_device_facts
 
     facts = cuda_device_facts()
     assert facts["name"] and facts["arch"].startswith("sm_")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.oclgrind import (
+from autotune.runtime.oclgrind import (
     OclgrindError,
     oclgrind_available,
     parse_oclgrind_log,

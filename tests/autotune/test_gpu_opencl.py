@@ -13,7 +13,7 @@ from tensor_ir.target import Target, TargetError
 pytest.importorskip("pyopencl")
 
 from autotune.backends import build_gpu
-from autotune.gpu import GPUKernel
+from autotune.runtime.opencl import GPUKernel
 
 from ..opencl_support import RUN_TARGET, needs_opencl_run
 
@@ -114,7 +114,7 @@ def test_int8_matmul_accumulates_in_int32(n, k, m, dtype):
 
 
 def test_float16_needs_cl_khr_fp16():
-    from autotune.gpu import _context
+    from autotune.runtime.opencl import _context
     from tests.tensor_ir.test_gpu_c import typed_matmul
 
     func = typed_matmul(9, 6, 11, "float16", "float16")

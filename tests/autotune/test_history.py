@@ -72,7 +72,7 @@ def test_missing_record_falls_back_and_warns_once(caplog):
 def test_missing_record_builds_the_default_schedule_not_the_plain_nest():
     """The fallback is what the warning says: the default schedule (the program the tuner
     measures first), as a model's functions get it, not the unscheduled loop nest."""
-    from autotune.model_build import default_schedule
+    from autotune.graph.build import default_schedule
 
     func = ops.matmul(128, 128, 128)
     with autotune.apply_history_best(Database()):

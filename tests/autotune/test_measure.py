@@ -421,7 +421,7 @@ def _packing_candidate(func: PrimFunc) -> PrimFunc:
 
 
 def test_weight_packing_is_split_off_the_build_and_run_once_before_timing(builder):
-    from autotune.prepack import split_packing
+    from autotune.runtime.prepack import split_packing
 
     cand = _packing_candidate(REFERENCE)
     _, packs = split_packing(cand, {1})

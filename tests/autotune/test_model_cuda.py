@@ -10,10 +10,10 @@ import pytest
 
 import autotune
 from autotune import cli
-from autotune.cuda import cuda_problem
+from autotune.runtime.cuda import cuda_problem
 from autotune.measure import LocalBuilder, MeasureConfig
-from autotune.model_build import build_model
-from autotune.tune import TuneError
+from autotune.graph.build import build_model
+from autotune.tuning.tune import TuneError
 from records import Database
 from search import SearchConfig
 from tensor_ir.errors import BuildError
@@ -28,7 +28,7 @@ TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 def _target() -> str:
-    from autotune.cuda import cuda_target
+    from autotune.runtime.cuda import cuda_target
 
     return str(cuda_target())
 
@@ -58,7 +58,7 @@ def test_without_a_gpu_building_and_tuning_say_why(mlp_path, tmp_path, capsys):
 
 @needs_gpu
 def test_default_build_matches_the_cpu_build_and_onnxruntime(mlp_path):
-    from autotune.gpu_executor import GPUExecutor
+    from autotune.runtime.gpu_executor import GPUExecutor
 
     model = autotune.load_model(mlp_path)
     lib = build_model(model, _target())

@@ -15,15 +15,16 @@ import pyopencl as cl
 
 import autotune
 from autotune import cli
-from autotune import gpu as gpu_module
-from autotune.gpu_executor import GPUExecutor
+from autotune.runtime import opencl as gpu_module
+from autotune.runtime.gpu_executor import GPUExecutor
 from autotune.graph.operators import VIEW
 from autotune.graph.tasks import partition
 from autotune.measure import LocalBuilder, MeasureConfig
-from autotune.model_build import build_model
-from autotune.tune import TuneError
+from autotune.graph.build import build_model
+from autotune.tuning.tune import TuneError
 from records import Database
 from search import SearchConfig
+from tensor_ir import devices
 from tensor_ir.errors import BuildError
 from tensor_ir.target import TargetError
 
@@ -190,7 +191,7 @@ def test_a_missing_device_is_refused_with_its_reason(mlp, mlp_path, tmp_path, ca
     assert not (tmp_path / "x.db").exists()
     # No OpenCL device at all: a fresh context lookup that finds nothing.
     monkeypatch.setattr(gpu_module, "_CONTEXTS", {})
-    monkeypatch.setattr(gpu_module, "opencl_device", lambda platform=None: (None, []))
+    monkeypatch.setattr(devices, "_opencl_devices", lambda: ((), None))
     with pytest.raises(BuildError, match="no OpenCL device; devices: none"):
         build_model(mlp, "opencl")
     with pytest.raises(TuneError, match="tune_model: target opencl: .*no OpenCL device"):

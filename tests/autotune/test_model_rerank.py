@@ -1,4 +1,4 @@
-"""Choosing a task's record by its time inside the built model (autotune.model_rerank), and
+"""Choosing a task's record by its time inside the built model (autotune.tuning.rerank), and
 builds of that model taking the choice."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 
 import autotune
 from autotune.measure import MeasureConfig
-from autotune.model_build import build_model, database_lookup
-from autotune.model_rerank import rerank_in_model
-from autotune.tune_model import BuildConfig
+from autotune.graph.build import build_model, database_lookup
+from autotune.tuning.rerank import rerank_in_model
+from autotune.tuning.tune_model import BuildConfig
 from records import Database
 from schedules.postproc import replay
 from search import SearchConfig

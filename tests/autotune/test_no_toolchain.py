@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import autotune
     from autotune.measure import MeasureConfig
-    from autotune.tune_model import BuildConfig
+    from autotune.tuning.tune_model import BuildConfig
     from search import SearchConfig
     from tests.autotune.tiny_onnx import write_tiny_mlp
 

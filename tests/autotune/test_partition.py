@@ -13,8 +13,8 @@ from autotune.graph import passes
 from autotune.graph.operators import VIEW
 from autotune.graph.tasks import Partition, extract_tasks, group_func, partition
 from autotune.measure import MeasureConfig
-from autotune.model_build import build_model, database_lookup
-from autotune.tune_model import BuildConfig, model_tasks, streamed_bytes, weight_state
+from autotune.graph.build import build_model, database_lookup
+from autotune.tuning.tune_model import BuildConfig, model_tasks, streamed_bytes, weight_state
 from records import Database
 from search import SearchConfig
 from tensor_ir import dtype as dt

@@ -1,4 +1,4 @@
-"""One rule picks the record a build takes (autotune.history.choose_record): the model's
+"""One rule picks the record a build takes (autotune.tuning.history.choose_record): the model's
 chosen record, then the best by score that replays.  Every build path -- build_model with a
 database, build under apply_history_best, tune's result, the rerank -- takes the same record
 when the best one does not parse or replay, and a record that cannot serve is named in one
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.history import choose_record
-from autotune.model_build import build_model, database_lookup
-from autotune.tune_model import BuildConfig, model_tasks
+from autotune.tuning.history import choose_record
+from autotune.graph.build import build_model, database_lookup
+from autotune.tuning.tune_model import BuildConfig, model_tasks
 from records import Database, RecordsWarning
 from schedules.errors import ScheduleError
 from schedules.postproc import replay

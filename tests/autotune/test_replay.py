@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.build import build as build_scheduled
-from autotune.model_build import default_schedule
+from autotune.runtime.build import build as build_scheduled
+from autotune.graph.build import default_schedule
 from records import MemoryDatabase
 from schedules.default_schedule import default_candidate
 from schedules.errors import ScheduleError

@@ -90,8 +90,8 @@ def test_register_with_facts_round_trips_without_the_registry(registered):
     name = "test-avx2-4core"
     registered.append(name)
     t = Target.register(name, "llvm -mtriple=x86_64-linux-gnu -mcpu=haswell", num_cores=4,
-                        vector_width=256, l1d_cache="32K", l2_cache=1024 * 1024,
-                        cache_line=64, features=["fma"])
+                        vector_width=256, features=["fma"],
+                        caches={"l1d": "32K", "l2": 1024 * 1024, "line": 64})
     assert (t.num_cores, t.vector_bits, t.l1d_cache, t.l2_cache, t.cache_line) == (
         4, 256, 32 * 1024, 1024 * 1024, 64)
     assert t.mattr == ("+fma",) and t.intrinsics == ()
@@ -129,6 +129,10 @@ def test_register_checks_declared_intrinsics_and_facts(registered):
         Target.register("test-bad-board", X86, num_cores=0)
     with pytest.raises(TargetError, match="unknown option -num-cores for kind 'cuda'"):
         Target.register("test-bad-board", "cuda -arch=sm_80", num_cores=4)
+    with pytest.raises(TargetError, match="caches maps some of 'l1d', 'l2', 'l3', 'line'"):
+        Target.register("test-bad-board", X86, caches={"l4": "64M"})
+    with pytest.raises(TargetError, match=r"caches\['line'\] must be a positive integer, got"):
+        Target.register("test-bad-board", X86, caches={"line": "64"})
     assert "test-bad-board" not in Target.registered()
 
 

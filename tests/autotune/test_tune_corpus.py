@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from autotune.frontends import load_model
-from autotune.tune_model import model_tasks
+from autotune.tuning.tune_model import model_tasks
 
 from ..models.corpus import CORPUS, TORCH_MODELS, path_of
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune import report as report_mod
+from autotune.tuning import report as report_mod
 from autotune.measure import BuildResult, LocalBuilder, MeasureConfig
-from autotune.progress import Progress
-from autotune.tune_model import BuildConfig, RunControl, model_tasks, parse_duration
+from autotune.tuning.progress import Progress
+from autotune.tuning.tune_model import BuildConfig, RunControl, model_tasks, parse_duration
 from records import Database, MemoryDatabase
 import search
 from search import SchedulerConfig
@@ -119,7 +119,7 @@ def test_model_tasks_are_unique_weighted_and_grouped():
 
 
 def test_depthwise_and_pointwise_convolutions_are_not_compared():
-    from autotune.tune_model import similarity_group
+    from autotune.tuning.tune_model import similarity_group
 
     model = autotune.load_model("mobilenet_v2", image_size=32, width=0.25, num_classes=4)
     tasks = model_tasks(model)
@@ -300,7 +300,7 @@ def test_tune_model_times_weights_out_of_the_private_caches_the_model_outgrows(t
     weights rotated over as many bytes as the model streams (MeasureInput.cold_bytes); where
     they outgrow the last-level cache too, over twice it (cold_bytes 0, from memory); where
     the private caches hold the model, warm."""
-    from autotune.tune_model import streamed_bytes, weight_state, weights_read_cold
+    from autotune.tuning.tune_model import streamed_bytes, weight_state, weights_read_cold
     from search.simulation import SimulationBuilder, SimulationRunner
 
     path = write_tiny_mlp(tmp_path / "mlp.onnx")
@@ -330,7 +330,7 @@ def test_tune_model_times_weights_out_of_the_private_caches_the_model_outgrows(t
 
 def test_streamed_bytes_are_the_weights_and_the_planned_activations():
     from autotune.graph.passes import fuse_ops, optimize, plan_memory
-    from autotune.tune_model import streamed_bytes
+    from autotune.tuning.tune_model import streamed_bytes
 
     model = autotune.load_model("mobilenet_v2", image_size=32, width=0.25, num_classes=10)
     optimized = optimize(model)

@@ -86,7 +86,7 @@ def test_error_candidate_costs_one_record():
 
 def test_gpu_tune_seeds_no_cpu_default():
     import cost_models
-    from autotune.tune import tuning_loop
+    from autotune.tuning.tune import tuning_loop
     from search import SearchConfig, create
 
     with LocalBuilder(max_workers=1) as builder, LocalRunner(FAST) as runner:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.graph import GraphBuilder, Model, optimize, winograd_conv2d
-from autotune.model_build import build_model
+from autotune.graph.build import build_model
 
 TARGET = "llvm -num-cores 2"
 

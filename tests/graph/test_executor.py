@@ -7,8 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
-from autotune.executor import BenchmarkResult
-from autotune.model_build import MissingRecordWarning, build_model
+from autotune.runtime.executor import BenchmarkResult
+from autotune.graph.build import MissingRecordWarning, build_model
 from records import MemoryDatabase
 from search.measure import MeasureResult
 from tensor_ir.errors import BuildError

@@ -9,7 +9,7 @@ import autotune
 from autotune.graph import (
     GraphBuilder, GraphError, blocked_layout, extract_tasks, fuse_ops, optimize,
 )
-from autotune.model_build import build_model
+from autotune.graph.build import build_model
 from schedules.space import DesignSpace
 from tensor_ir import te
 from tensor_ir.errors import TEError

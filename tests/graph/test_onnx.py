@@ -11,7 +11,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 from autotune.frontends import load_model  # noqa: E402
 from autotune.graph import FrontendError, UnsupportedOperatorError, extract_tasks  # noqa: E402
-from autotune.model_build import build_model  # noqa: E402
+from autotune.graph.build import build_model  # noqa: E402
 
 from .helpers import TARGET, sampled_lookup  # noqa: E402
 from .onnx_models import encoder_layer, resnet18_export, run_onnxruntime, small_cnn  # noqa: E402

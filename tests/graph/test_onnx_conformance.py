@@ -22,7 +22,7 @@ from onnx import TensorProto, helper  # noqa: E402
 from autotune.frontends import conformance  # noqa: E402
 from autotune.frontends.onnx import from_onnx  # noqa: E402
 from autotune.graph import FrontendError  # noqa: E402
-from autotune.model_build import build_model  # noqa: E402
+from autotune.graph.build import build_model  # noqa: E402
 
 
 @functools.lru_cache(maxsize=1)

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 from autotune.frontends import load_model
 from autotune.frontends.onnx import operator_report
 from autotune.graph.errors import FrontendError
-from autotune.model_build import build_model
+from autotune.graph.build import build_model
 
 from ..models.corpus import (
     CORPUS,

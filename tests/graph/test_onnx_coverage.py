@@ -19,7 +19,7 @@ from autotune.frontends.check import main  # noqa: E402
 from autotune.frontends.onnx import UnsupportedOperatorsError, operator_report  # noqa: E402
 from autotune.graph import FrontendError, UnsupportedOperatorError  # noqa: E402
 from autotune.graph.passes import fuse_ops, optimize  # noqa: E402
-from autotune.model_build import build_model  # noqa: E402
+from autotune.graph.build import build_model  # noqa: E402
 
 from .helpers import TARGET  # noqa: E402
 from .onnx_models import run_onnxruntime  # noqa: E402

@@ -29,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from autotune.frontends import load_model
 from autotune.graph import FrontendError, UnsupportedOperatorError
-from autotune.model_build import build_model
+from autotune.graph.build import build_model
 
 from .helpers import TARGET
 from .onnx_models import run_onnxruntime

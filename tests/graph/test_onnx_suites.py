@@ -25,7 +25,7 @@ from onnx import TensorProto, helper  # noqa: E402
 from autotune.frontends import onnx_suites  # noqa: E402
 from autotune.frontends.onnx import from_onnx  # noqa: E402
 from autotune.graph import FrontendError, GraphBuilder  # noqa: E402
-from autotune.model_build import build_model  # noqa: E402
+from autotune.graph.build import build_model  # noqa: E402
 
 from .helpers import TARGET  # noqa: E402
 from .onnx_models import run_onnxruntime  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 from autotune.graph import GraphBuilder
 from autotune.graph.operators import ELEMWISE, get_op
 from autotune.graph.passes import fuse_ops, optimize
-from autotune.model_build import build_model
+from autotune.graph.build import build_model
 
 from .helpers import TARGET
 

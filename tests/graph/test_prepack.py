@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.model_build import build_model
-from autotune.prepack import split_packing
+from autotune.graph.build import build_model
+from autotune.runtime.prepack import split_packing
 from schedules import Schedule
 from schedules.space import DesignSpace
 from tensor_ir import interp, ops
@@ -116,8 +116,8 @@ def test_model_tasks_name_the_weights_a_build_packs():
     import cost_models
     import search
     from autotune.graph.tasks import extract_tasks, partition
-    from autotune.tune import tuning_loop
-    from autotune.tune_model import model_tasks
+    from autotune.tuning.tune import tuning_loop
+    from autotune.tuning.tune_model import model_tasks
     from records import MemoryDatabase
     from search.simulation import SimulationBuilder, SimulationRunner
 
@@ -153,7 +153,7 @@ def test_model_tasks_name_the_weights_a_build_packs():
 
 
 def test_weights_are_read_cold_when_with_the_activations_they_outgrow_the_cache():
-    from autotune.tune_model import weights_read_cold
+    from autotune.tuning.tune_model import weights_read_cold
 
     model = conv_bn_relu_model(channels=16, image=7)
     weights = sum(np.asarray(a).nbytes for a in model.constants.values())

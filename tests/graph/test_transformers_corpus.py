@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from autotune.frontends import load_model
-from autotune.model_build import build_model
+from autotune.graph.build import build_model
 
 from .helpers import TARGET
 from .onnx_models import run_onnxruntime

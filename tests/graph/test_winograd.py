@@ -8,7 +8,7 @@ import autotune
 from autotune.graph import (
     GraphBuilder, GraphError, extract_tasks, fuse_ops, optimize, winograd_conv2d,
 )
-from autotune.model_build import build_model
+from autotune.graph.build import build_model
 from schedules.space import DesignSpace
 from tensor_ir import te
 from tensor_ir.ops import (

@@ -7,7 +7,7 @@ import pytest
 import autotune
 from autotune.frontends import ZOO, get_model, load_model
 from autotune.graph import FrontendError, extract_tasks, optimize, partition
-from autotune.model_build import build_model
+from autotune.graph.build import build_model
 
 from .helpers import TARGET, random_inputs
 

@@ -278,7 +278,7 @@ def test_conv1x1_is_tiled_and_its_weight_fetch_binds_no_unit_loop():
 
 
 def test_conv1x1_samples_are_correct_and_race_free_under_oclgrind():
-    from autotune.oclgrind import oclgrind_available, run_under_oclgrind
+    from autotune.runtime.oclgrind import oclgrind_available, run_under_oclgrind
 
     if not oclgrind_available():
         pytest.skip("Oclgrind is not installed")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.build import build_object
+from autotune.runtime.build import build_object
 from schedules import Schedule, ScheduleError, Trace
 from tensor_ir import interp, intrinsics, te
 from tensor_ir.errors import BuildError

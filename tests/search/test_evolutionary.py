@@ -252,8 +252,8 @@ def _first_batch_best(space, landscape, model, seed, prior_samples):
     """The best true cost in the first batch of 8 a run proposes with a copy of ``model``
     (the run retrains its copy; every run starts from the same model)."""
     runner = SimulationRunner(landscape)
-    loop = search.TuningLoop(space, search.create("evolutionary", seed=seed,
-                                                  prior_samples=prior_samples),
+    config = search.EvolutionConfig(prior_samples=prior_samples)
+    loop = search.TuningLoop(space, search.create("evolutionary", seed=seed, config=config),
                              copy.deepcopy(model), SimulationBuilder(), runner,
                              MemoryDatabase(),
                              config=search.SearchConfig(batch_size=8), log=False)
@@ -292,7 +292,7 @@ def test_a_pre_trained_models_first_batch_takes_each_sketch_in_turn(space):
 def test_evolutionary_transplants_elites_into_sibling_sketches(panel_space):
     space = panel_space
     loop, _ = run_search(space, synthetic_runner(space), "evolutionary", seed=0, trials=16,
-                         cross_share=1.0)
+                         config=search.EvolutionConfig(cross_share=1.0))
     strategy = loop.strategy
     elites = strategy.best_measured(8)
     children = strategy._mutate(elites, 8)
@@ -311,7 +311,7 @@ def test_evolutionary_transplants_elites_into_sibling_sketches(panel_space):
             for e in elites)
     # Without the share, children only ever change one decision within their sketch.
     loop, _ = run_search(space, synthetic_runner(space), "evolutionary", seed=0, trials=16,
-                         cross_share=0.0)
+                         config=search.EvolutionConfig(cross_share=0.0))
     assert all(c.origin != "transplant" for c in loop.strategy._mutate(
         loop.strategy.best_measured(8), 8))
     assert loop.strategy.stats["transplants"] == 0
@@ -335,13 +335,17 @@ def test_create_and_options():
     with pytest.raises(search.SearchError, match="unknown search strategy 'annealing'"):
         search.create("annealing")
     with pytest.raises(search.SearchError, match="eps_greedy"):
-        search.create("evolutionary", eps_greedy=1.5)
+        search.EvolutionConfig(eps_greedy=1.5)
     with pytest.raises(search.SearchError, match="population"):
-        search.EvolutionarySearch(population=0)
+        search.EvolutionConfig(population=0)
     with pytest.raises(search.SearchError, match="prior_samples"):
-        search.EvolutionarySearch(prior_samples=-3)
+        search.EvolutionConfig(prior_samples=-3)
     with pytest.raises(search.SearchError, match="cross_share"):
-        search.EvolutionarySearch(cross_share=2)
+        search.EvolutionConfig(cross_share=2)
+    with pytest.raises(search.SearchError, match="config must be an EvolutionConfig"):
+        search.create("evolutionary", config={"eps_greedy": 0.5})
+    with pytest.raises(search.SearchError, match="eps_greedy"):
+        search.create("evolutionary", eps_greedy=0.5)  # a knob belongs in the config
     with pytest.raises(search.SearchError, match="options"):
         search.create(s, seed=2)
     with pytest.raises(search.SearchError, match="before initialize"):

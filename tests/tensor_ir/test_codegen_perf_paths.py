@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import autotune
-from autotune.build import build_object
+from autotune.runtime.build import build_object
 from schedules.schedule import Schedule
 from tensor_ir import ops
 from tensor_ir.buffer import decl_buffer

@@ -167,7 +167,7 @@ def test_guarded_loads_are_accepted_without_a_new_guard():
 def test_data_dependent_index_is_checked_not_zeroed():
     # An index read from data is the caller's: outside the buffer it is an error in both
     # the interpreter and the compiled kernel (tensor_ir/codegen/checks.py), not a zero.
-    from autotune.build import build
+    from autotune.runtime.build import build
     from tensor_ir import KernelIndexError
 
     A = te.placeholder((5,), name="A")

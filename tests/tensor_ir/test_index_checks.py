@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.build import build
+from autotune.runtime.build import build
 from schedules import Schedule
 from tensor_ir import KernelIndexError, te
 from tensor_ir.buffer import decl_buffer

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune.build import build_object
+from autotune.runtime.build import build_object
 from tensor_ir import ops
 from tensor_ir.buffer import decl_buffer
 from tensor_ir.codegen import codegen, compile_module

@@ -299,7 +299,7 @@ def test_a_held_team_does_not_sleep_and_release_lets_it():
 def test_the_model_executor_holds_the_team_for_a_run():
     run_script('''
     sys.path.insert(0, os.getcwd())
-    from autotune.model_build import build_model
+    from autotune.graph.build import build_model
     from tests.graph.helpers import TARGET, conv_bn_relu_model, random_inputs
     model = conv_bn_relu_model()
     lib = build_model(model, TARGET)
@@ -385,7 +385,7 @@ def test_no_kernel_ir_mentions_gomp_and_gomp_stays_selectable():
     assert "tir_parallel" not in gomp_kernel.get_source("ll-raw")
     # Libraries: the pool's kernel carries its runtime, the gomp one links libgomp.
     import tempfile
-    from autotune.build import load_module
+    from autotune.runtime.build import load_module
     folder = tempfile.mkdtemp()
     kernel.export_library(os.path.join(folder, "pool.so"))
     gomp_kernel.export_library(os.path.join(folder, "gomp.so"))
@@ -440,7 +440,7 @@ def test_an_exported_model_runs_with_its_own_pool_and_without_libgomp(tmp_path):
     run_script(f'''
     sys.path.insert(0, os.getcwd())
     import subprocess
-    from autotune.model_build import build_model
+    from autotune.graph.build import build_model
     from tests.graph.helpers import TARGET, conv_bn_relu_model, random_inputs
     from tests.tensor_ir.test_threadpool import LOADER_SCRIPT, TIMEOUT
     model = conv_bn_relu_model()

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from search.task_scheduler import SchedulerTask, estimated_latency
+from search.task_scheduler import SchedulerTask, TaskTotals, estimated_latency
 from tensor_ir.target import Target
 
-from .backends import backend_for
+from ..backends import backend_for
 from .history import choose_record
 
 __all__ = ["ModelReport", "format_duration", "format_report", "format_seconds", "load",
@@ -52,7 +52,7 @@ _STORED_FIELDS = ("name", "key", "weight", "flops", "bytes", "group", "trials", 
 
 
 @dataclass
-class ModelReport:
+class ModelReport(TaskTotals):
     """A model's tuning state for one target.  ``trials_run``/``wall_seconds``/``stopped``
     describe the latest run; ``curve`` is (model trials, estimated latency in seconds, tasks
     whose time is estimated because they had no successful trial yet) over every stored
@@ -71,18 +71,6 @@ class ModelReport:
     coverage: float | None = None
     measured_latency: float | None = None
     curve: list[tuple[int, float, int]] = field(default_factory=list)
-
-    @property
-    def trials(self) -> int:
-        return sum(t.trials for t in self.tasks)
-
-    @property
-    def estimated_latency(self) -> float:
-        return estimated_latency(self.tasks)[0]
-
-    @property
-    def failed(self) -> list[SchedulerTask]:
-        return [t for t in self.tasks if t.status == "failed"]
 
     def to_json(self) -> dict:
         # The curve is left out: it is rebuilt from the records when loaded.
@@ -381,7 +369,7 @@ def load(db, model: str | None = None, target: str | None = None) -> list[ModelR
 
 def refresh(db, report: ModelReport) -> None:
     """Re-read trial counts, errors, best times and the curve from the records.  A task's
-    best is the record a build takes (autotune.history.choose_record): one whose trace does
+    best is the record a build takes (autotune.tuning.history.choose_record): one whose trace does
     not replay in this release is named in a warning and left out."""
     target = Target(report.target)
     events: list[tuple[int, int, float]] = []  # (record id, task index, seconds)

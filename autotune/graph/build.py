@@ -21,8 +21,9 @@ The target's backend (autotune.backends) compiles the kernels, gives the default
 the device the executor keeps its buffers on.  On an ``opencl`` or ``cuda`` target the
 records are those tuned for it, the default schedule is a sample at the build's seed of the
 GPU design space restricted to inlining and binding (autotune.backends.gpu), and the
-executor keeps weights and intermediates on the device (autotune.gpu_executor).  Weights are not prepacked there: a packing stage of a GPU
-schedule runs on the device with the rest of its function.
+executor keeps weights and intermediates on the device (autotune.runtime.gpu_executor).
+Weights are not prepacked there: a packing stage of a GPU schedule runs on the device with the
+rest of its function.
 """
 from __future__ import annotations
 
@@ -42,14 +43,14 @@ from tensor_ir.errors import BuildError, TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
-from .backends import backend_for
-from .executor import BuildReport, Executor, FunctionReport, Step
-from .frontends import load_model
-from .history import choose_record
-from .graph.ir import Model
-from .graph.operators import VIEW
-from .graph.tasks import Partition
-from .prepack import split_packing
+from ..backends import backend_for
+from ..runtime.executor import BuildReport, Executor, FunctionReport, Step
+from ..frontends import load_model
+from ..tuning.history import choose_record
+from .ir import Model
+from .operators import VIEW
+from .tasks import Partition
+from ..runtime.prepack import split_packing
 
 __all__ = [
     "DefaultScheduleWarning",
@@ -137,7 +138,7 @@ def _apply_record(func: PrimFunc, found, target: Target) -> PrimFunc:
 
 def database_lookup(database, target: Target, context: str | None = None) -> Lookup:
     """A lookup over a records database (a ``records.Database``, or a path to open): the
-    program of the record :func:`autotune.history.choose_record` picks for a function (the
+    program of the record :func:`autotune.tuning.history.choose_record` picks for a function (the
     one chosen for it in ``context``, a model's name, else the best by score that replays)."""
     if isinstance(database, (str, os.PathLike)):
         database = Database(os.fspath(database), create=False, readonly=True)
@@ -173,7 +174,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
     without a record is reported in one MissingRecordWarning.  The returned executor's
     ``report`` says which functions used a record, weighted by their share of FLOPs.
     ``prepack``: a schedule's packing of a weight into another layout is done once here (see
-    autotune.prepack) rather than in every call (CPU targets)."""
+    autotune.runtime.prepack) rather than in every call (CPU targets)."""
     if not isinstance(model, (Model, Partition)):
         model = load_model(model)
     part = Partition.of(model)
@@ -251,7 +252,7 @@ def build_model(model, target: str | Target | None = "llvm", database=None,
                                                       packed)
         steps.append(Step(group.name, kernel, args, gf.key))
     if device is not None:
-        from .gpu_executor import GPUExecutor
+        from ..runtime.gpu_executor import GPUExecutor
 
         return GPUExecutor(optimized, steps, plan, views, report, str(target), device)
     return Executor(optimized, steps, plan, views, report, str(target), extra_constants=packed)

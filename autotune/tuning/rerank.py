@@ -33,10 +33,10 @@ from search.loop import make_logger
 from tensor_ir.errors import BuildError
 from tensor_ir.target import Target
 
-from .backends import backend_for
-from .frontends import Model, load_model
-from .graph.tasks import Partition
-from .model_build import build_model, database_lookup
+from ..backends import backend_for
+from ..frontends import Model, load_model
+from ..graph.tasks import Partition
+from ..graph.build import build_model, database_lookup
 
 __all__ = ["rerank_in_model"]
 

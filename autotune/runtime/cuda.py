@@ -23,6 +23,7 @@ import numpy as np
 
 from tensor_ir.codegen.gpu_c import GPUModule, GPUSource
 from tensor_ir.codegen.gpu_verify import compile_cubin
+from tensor_ir.devices import cuda_device, cuda_device_facts
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
@@ -49,25 +50,15 @@ def _driver():
                 _STATE["context"].push()
                 _THREAD.pushed = True
             return _STATE["driver"]
+        device, problem = cuda_device()
+        if device is None:
+            _STATE["error"] = BuildError(problem)
+            raise _STATE["error"]
+        import pycuda.driver as drv
+
         try:
-            import pycuda.driver as drv
-        except ImportError as err:
-            # Not installed, or installed where the driver library (libcuda) is missing.
-            _STATE["error"] = BuildError(
-                f"cuda target: pycuda cannot be imported ({err}); install the extra with pip "
-                f"install 'autotune[cuda]' (it builds from source against the CUDA toolkit) "
-                f"on a machine with an NVIDIA driver")
-            raise _STATE["error"] from None
-        try:
-            drv.init()
-            if drv.Device.count() == 0:
-                raise BuildError("cuda target: the CUDA driver sees no GPU")
-            device = drv.Device(0)
             context = device.retain_primary_context()
             context.push()
-        except BuildError as err:
-            _STATE["error"] = err
-            raise
         except Exception as err:  # noqa: BLE001 - pycuda raises its own error types
             _STATE["error"] = BuildError(f"cuda target: no usable GPU: {type(err).__name__}: "
                                          f"{err}")
@@ -107,31 +98,9 @@ def cuda_available() -> bool:
     return cuda_problem() is None
 
 
-def cuda_device_facts() -> dict:
-    """Facts of the GPU kernels run on: name, compute capability, driver version, memory,
-    multiprocessors, and what the target's limits are read from.  Empty without one."""
-    try:
-        drv = _driver()
-    except BuildError:
-        return {}
-    device = _STATE["device"]
-    attr = drv.device_attribute
-    major, minor = device.compute_capability()
-    return {"name": device.name(), "compute_capability": f"{major}.{minor}",
-            "arch": f"sm_{major}{minor}", "driver": drv.get_driver_version(),
-            "cuda": ".".join(str(v) for v in drv.get_version()),
-            "memory_bytes": device.total_memory(),
-            "multiprocessors": device.get_attribute(attr.MULTIPROCESSOR_COUNT),
-            "max_threads_per_block": device.get_attribute(attr.MAX_THREADS_PER_BLOCK),
-            "max_shared_memory_per_block": device.get_attribute(
-                attr.MAX_SHARED_MEMORY_PER_BLOCK),
-            "registers_per_block": device.get_attribute(attr.MAX_REGISTERS_PER_BLOCK),
-            "warp_size": device.get_attribute(attr.WARP_SIZE)}
-
-
 def cuda_target() -> Target:
     """``cuda -arch=sm_XY`` for the GPU here (BuildError without one)."""
-    facts = cuda_device_facts()
+    facts = cuda_device_facts() if cuda_problem() is None else {}
     if not facts:
         raise BuildError(f"cuda target: {cuda_problem()}")
     return Target(f"cuda -arch={facts['arch']}")
@@ -144,7 +113,7 @@ class CUDAKernel:
     A function printed as several kernels runs them in order on the default stream, on the
     same device buffers, with the temporaries between them allocated on the device.  The
     timing interface (``device_buffers``, ``launch``, ``finish``, ``read``, ``elapsed``) is
-    :class:`autotune.gpu.GPUKernel`'s, so the runner's worker times both alike."""
+    :class:`autotune.runtime.opencl.GPUKernel`'s, so the runner's worker times both alike."""
 
     def __init__(self, source: GPUModule | GPUSource, func: PrimFunc | None, target: Target,
                  cubin: bytes | None = None):

@@ -9,12 +9,12 @@ On a terminal the display is redrawn in place (ANSI cursor movement), from the s
 events and once a second in between so the clocks move: a header with the trials (done /
 planned), the elapsed time, the time left and the ETA, the estimated end-to-end latency; then
 one row per task (trials, best time, share of the estimated latency, GFLOP/s and the roofline
-column of autotune.report, status), the tasks with the largest share first, as many as fit the
-window; then the latest notices (tasks set aside, converged, ...).  A ``status`` callable (the
-Ray runner's ``describe``: the nodes in use) adds its line under the header, and in the plain
-lines whenever it changes.  Anywhere else (a pipe, a
-file, CI) it writes plain log lines instead: one per measured batch and one per notice.  A log
-file, when given, receives the plain lines with a timestamp in either case.
+column of autotune.tuning.report, status), the tasks with the largest share first, as many as
+fit the window; then the latest notices (tasks set aside, converged, ...).  A ``status``
+callable (the Ray runner's ``describe``: the nodes in use) adds its line under the header, and
+in the plain lines whenever it changes.  Anywhere else (a pipe, a file, CI) it writes plain log
+lines instead: one per measured batch and one per notice.  A log file, when given, receives the
+plain lines with a timestamp in either case.
 """
 from __future__ import annotations
 

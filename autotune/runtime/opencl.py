@@ -1,6 +1,6 @@
 """GPU kernels: a PrimFunc printed as OpenCL C and run through pyopencl on numpy arrays; the
 lowering and printing both GPU backends use (:func:`gpu_program`; CUDA kernels:
-:mod:`autotune.cuda`; building one: :func:`autotune.backends.build_gpu`).
+:mod:`autotune.runtime.cuda`; building one: :func:`autotune.backends.build_gpu`).
 
     kernel = autotune.build(func, target="opencl")           # or "opencl -platform=pocl"
     kernel(a, b, c)               # copied to the device, outputs copied back in place
@@ -19,7 +19,8 @@ from tensor_ir.codegen.gpu_c import GPUModule, GPUSource, gpu_module, split_kern
 from tensor_ir.codegen.gpu_verify import verify_gpu_kernel
 from tensor_ir.errors import BuildError
 from tensor_ir.func import PrimFunc
-from tensor_ir.target import Target, opencl_device
+from tensor_ir.devices import opencl_device
+from tensor_ir.target import Target
 from tensor_ir.thread_reduce import lower_for_gpu
 
 from .kernel_args import check_arrays
@@ -54,7 +55,7 @@ def device_context(target: Target):
 
 
 def _context(platform: str | None) -> tuple:
-    """(context, queue) of the device ``tensor_ir.target.opencl_device`` picks for
+    """(context, queue) of the device ``tensor_ir.devices.opencl_device`` picks for
     ``platform``; one per process and platform string."""
     with _CONTEXT_LOCK:
         if platform in _CONTEXTS:
@@ -62,20 +63,11 @@ def _context(platform: str | None) -> tuple:
             if isinstance(known, BuildError):
                 raise known
             return known
-        try:
-            import pyopencl as cl
-        except ImportError:
-            raise BuildError("opencl target: pyopencl is not installed (pip install "
-                             "'autotune[opencl]', which brings PoCL, a CPU OpenCL runtime)"
-                             ) from None
-        try:
-            device, seen = opencl_device(platform)
-        except cl.Error as err:
-            raise BuildError(f"opencl target: no OpenCL platform: {err}") from None
+        device, problem = opencl_device(platform)
         if device is None:
-            which = "no OpenCL device" if platform is None else \
-                f"no device matches -platform={platform}"
-            raise BuildError(f"opencl target: {which}; devices: " + (", ".join(seen) or "none"))
+            raise BuildError(problem)
+        import pyopencl as cl
+
         context = cl.Context([device])
         problem = _compile_probe(cl, context)
         if problem is not None:

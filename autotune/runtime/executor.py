@@ -10,9 +10,10 @@ aligned, and every value is a numpy view into its storage; reshapes are views to
 copies the inputs into their buffers, calls each kernel with pointers bound at build time,
 and returns copies of the outputs, so an executor is reusable; a lock makes concurrent calls
 take turns (one run at a time).  A model built for an ``opencl`` target runs in a
-GPUExecutor instead (autotune/gpu_executor.py): the same interface, its buffers on the device.
+GPUExecutor instead (autotune/runtime/gpu_executor.py): the same interface, its buffers on the
+device.
 ``lib.export_library(folder)`` writes a CPU model as one shared library, its weights and a
-loader that needs numpy alone (autotune/export.py).
+loader that needs numpy alone (autotune/runtime/export.py).
 """
 from __future__ import annotations
 
@@ -29,10 +30,10 @@ import numpy as np
 from tensor_ir.codegen import threadpool
 from tensor_ir.errors import BuildError
 
-from .graph.ir import Model
-from .graph.passes import ALIGNMENT, MemoryPlan
-from .graph.types import TensorType, contiguous
-from .measure.cpu import aligned_empty
+from ..graph.ir import Model
+from ..graph.passes import ALIGNMENT, MemoryPlan
+from ..graph.types import TensorType, contiguous
+from ..measure.cpu import aligned_empty
 
 __all__ = [
     "BenchmarkResult",
@@ -311,7 +312,7 @@ class Executor:
         """Write the model as a deployable folder at ``path``: one shared library holding
         every kernel and an entry that runs them in order, the weights, a JSON description
         and ``loader.py``, which loads and runs it with numpy and ctypes alone (see
-        autotune/export.py).  Returns the folder.  TargetError for a model built for a GPU;
+        autotune/runtime/export.py).  Returns the folder.  TargetError for a model built for a GPU;
         BuildError when the kernels cannot be linked for this host."""
         from .export import export_executor
 

@@ -5,7 +5,7 @@
     outputs = model.run({"input": x})         # {output name: numpy array}
     model.benchmark()                         # median milliseconds and more
 
-``Executor.export_library(folder)`` (autotune/export.py) writes this file into the folder as
+``Executor.export_library(folder)`` (autotune/runtime/export.py) writes this file into the folder as
 ``loader.py`` beside the model's shared library, its weights and its metadata.  It must keep
 working where only numpy is installed: it imports nothing but the standard library and numpy,
 and never anything of the project (importing any ``autotune`` module would import llvmlite,

@@ -36,7 +36,7 @@ built from the database to report its coverage (share of FLOPs served by records
 
 ``target="opencl"`` tunes the tasks on this machine's OpenCL device (the GPU design space,
 kernels timed by the local runner through pyopencl) and builds the model there at the end
-(autotune.gpu_executor); a target whose device is missing is refused before any work.
+(autotune.runtime.gpu_executor); a target whose device is missing is refused before any work.
 """
 from __future__ import annotations
 
@@ -58,12 +58,12 @@ from search import create as create_strategy
 from search.task_scheduler import SchedulerResult, SchedulerTask, TaskScheduler
 from tensor_ir.target import Target
 
-from .backends import backend_for
-from .executor import BuildReport
-from .frontends import load_model
-from .graph.ir import Model
-from .graph.tasks import Partition
-from .measure import MeasureConfig
+from ..backends import backend_for
+from ..runtime.executor import BuildReport
+from ..frontends import load_model
+from ..graph.ir import Model
+from ..graph.tasks import Partition
+from ..measure import MeasureConfig
 from .report import ModelReport, format_report, refresh, store
 from .tune import TuneError, checked_settings, measurement, tuning_loop
 
@@ -98,7 +98,7 @@ class TuneModelResult:
     host_waits       candidates whose timing waited for a quiet host, and the seconds
                      waited (a local CPU runner's; see autotune.measure.host).
     reranked         per heavy task, its records timed inside the model and the one chosen
-                     (autotune.model_rerank.rerank_in_model); empty when not re-ranked.
+                     (autotune.tuning.rerank.rerank_in_model); empty when not re-ranked.
     """
 
     model: str
@@ -247,7 +247,7 @@ class BuildConfig:
     rerank_top       on a CPU target, each heavy task's ``rerank_top`` best records are timed
                      inside the built model (``rerank_rounds`` alternating rounds) and the
                      fastest there becomes the record builds of this model take
-                     (autotune.model_rerank; 0 or 1: none).
+                     (autotune.tuning.rerank; 0 or 1: none).
     rerank_rounds    see rerank_top.
     build            build the model from the database and report its coverage (the share of
                      FLOPs served by records) ...
@@ -438,14 +438,14 @@ def tune_model(model, target: str | Target = "llvm", trials: int | None = None,
         # 5. Each heavy task's record chosen by its time inside the model (CPU targets).
         if finish.rerank_top > 1 and finish.rerank_rounds > 0 and backend.cpu and \
                 outcome.stopped != "interrupted":
-            from .model_rerank import rerank_in_model
+            from .rerank import rerank_in_model
 
             result.reranked = rerank_in_model(part, target, db, k=finish.rerank_top,
                                               rounds=finish.rerank_rounds, seed=seed, log=log)
 
         # 6. Build from the records: coverage (and optionally the real latency).
         if finish.build and outcome.stopped != "interrupted":
-            from .model_build import build_model, database_lookup
+            from ..graph.build import build_model, database_lookup
 
             lib = build_model(part, target, lookup=database_lookup(db, target, model.name),
                               seed=seed, warn=False)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensor_ir.codegen.gpu_c import GPUSource
+from tensor_ir.devices import opencl_device
 from tensor_ir.errors import BuildError
 
 __all__ = ["OclgrindDiagnostic", "OclgrindError", "OclgrindResult", "oclgrind_available",
@@ -143,7 +144,7 @@ def run_under_oclgrind(source: GPUSource, arrays, data_races: bool = True,
         # Oclgrind's reports then lose the offending source line.
         env["PYOPENCL_NO_CACHE"] = "1"
         try:
-            done = subprocess.run([sys.executable, "-m", "autotune.oclgrind", tmp],
+            done = subprocess.run([sys.executable, "-m", "autotune.runtime.oclgrind", tmp],
                                   check=False, capture_output=True, text=True, env=env,
                                   timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -201,12 +202,10 @@ def _child(workdir: str) -> None:
         job = json.load(f)
     with np.load(os.path.join(workdir, "inputs.npz")) as data:
         arrays = [data[f"arr_{i}"] for i in range(job["count"])]
-    devices = [d for p in cl.get_platforms() if PLATFORM.lower() in p.name.lower()
-               for d in p.get_devices()]
-    if not devices:
-        names = ", ".join(p.name for p in cl.get_platforms())
-        raise SystemExit(f"no OpenCL platform named {PLATFORM}; platforms: {names or 'none'}")
-    context = cl.Context(devices[:1])
+    device, problem = opencl_device(PLATFORM)
+    if device is None:
+        raise SystemExit(problem)
+    context = cl.Context([device])
     queue = cl.CommandQueue(context)
     program = cl.Program(context, job["code"]).build()
     kernel = getattr(program, job["kernel"])

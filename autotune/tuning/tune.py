@@ -38,9 +38,9 @@ from tensor_ir.errors import TensorIRError
 from tensor_ir.func import PrimFunc
 from tensor_ir.target import Target
 
-from .backends import backend_for
+from ..backends import backend_for
 from .history import choose_record
-from .measure import Builder, LocalBuilder, LocalRunner, MeasureConfig, Runner
+from ..measure import Builder, LocalBuilder, LocalRunner, MeasureConfig, Runner
 
 __all__ = ["TuneError", "TuneResult", "tune"]
 

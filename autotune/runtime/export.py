@@ -18,24 +18,24 @@ The folder holds:
                   aligned offset, as raw bytes in the machine's byte order
     model.json    format and version, inputs and outputs (name, shape, dtype, offset), the
                   workspace size and alignment, the weights' offsets, the entry's name
-    loader.py     the loader (a copy of autotune/deploy_loader.py)
+    loader.py     the loader (a copy of autotune/runtime/deploy_loader.py)
 
     int32_t model_run(void *workspace, const void *weights,
                       const void *const *inputs, void *const *outputs);
 
-How the library is made: the optimised LLVM module of every distinct kernel (what the
-executor's kernels were compiled from) is linked into one module with a generated entry
-function, and that module is emitted as one object without optimising it again, so the
-kernels are the same machine code the built model runs; ``autotune.build.link_shared`` links
-it against libm as ``Kernel.export_library`` does for one kernel (the ``ziglang`` wheel's
-linker where it is installed, else the system's ``cc``).  When kernels have parallel loops the module
-also carries the parallel runtime (tensor_ir/codegen/threadpool.py, a copy of its own, none of
-it exported), and the entry holds the team for the run (``tir_pool_hold`` before the first
-kernel, ``tir_pool_release`` after the last), so no worker falls asleep between the kernels;
-libgomp is linked only for kernels built with the "gomp" parallel runtime.  Each kernel's
-symbols but its entry are internal already (outlined parallel bodies); its entry is renamed
-to a name unique in the model and made internal too, and so is its metadata constant
-(``META_SYMBOL``, which every kernel module defines): the library exports the entry alone.
+How the library is made: the optimised LLVM module of every distinct kernel (what the executor's
+kernels were compiled from) is linked into one module with a generated entry function, and that
+module is emitted as one object without optimising it again, so the kernels are the same machine
+code the built model runs; ``autotune.runtime.build.link_shared`` links it against libm as
+``Kernel.export_library`` does for one kernel (the ``ziglang`` wheel's linker where it is
+installed, else the system's ``cc``).  When kernels have parallel loops the module also carries
+the parallel runtime (tensor_ir/codegen/threadpool.py, a copy of its own, none of it exported),
+and the entry holds the team for the run (``tir_pool_hold`` before the first kernel,
+``tir_pool_release`` after the last), so no worker falls asleep between the kernels; libgomp is
+linked only for kernels built with the "gomp" parallel runtime.  Each kernel's symbols but its
+entry are internal already (outlined parallel bodies); its entry is renamed to a name unique in
+the model and made internal too, and so is its metadata constant (``META_SYMBOL``, which every
+kernel module defines): the library exports the entry alone.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ from tensor_ir.target import Target, TargetError
 
 from . import deploy_loader
 from .build import link_shared
-from .graph.passes import ALIGNMENT
+from ..graph.passes import ALIGNMENT
 
 __all__ = ["ENTRY", "export_executor"]
 

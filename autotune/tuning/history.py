@@ -4,12 +4,12 @@
         kernel = autotune.build(func, target="llvm")
     print(ctx.coverage())            # which workloads a record served, which fell back
 
-Under the context, ``autotune.build`` looks the function's workload (its structural hash) up
-in the database for the build target, replays the trace of the record :func:`choose_record`
-picks on the function and builds the result.  A workload without a usable record falls back to the default schedule and
-logs one warning naming it (once per workload and context); with ``strict=True`` the build
-raises ``MissingRecordError`` instead.  Records are only taken for the target being built (or
-targets the caller names as compatible), never from other hardware.
+Under the context, ``autotune.build`` looks the function's workload (its structural hash) up in
+the database for the build target, replays the trace of the record :func:`choose_record` picks
+on the function and builds the result.  A workload without a usable record falls back to the
+default schedule and logs one warning naming it (once per workload and context); with
+``strict=True`` the build raises ``MissingRecordError`` instead.  Records are only taken for the
+target being built (or targets the caller names as compatible), never from other hardware.
 """
 from __future__ import annotations
 

@@ -28,9 +28,9 @@ import numpy as np
 from tensor_ir.errors import BuildError
 
 from .executor import BuildReport, Executor, Step, checked_inputs
-from .graph.ir import Model
-from .graph.passes import MemoryPlan
-from .graph.types import contiguous
+from ..graph.ir import Model
+from ..graph.passes import MemoryPlan
+from ..graph.types import contiguous
 
 __all__ = ["CUDADevice", "GPUExecutor", "OpenCLDevice"]
 
@@ -78,7 +78,7 @@ class OpenCLDevice:
 
 
 class CUDADevice:
-    """The runtime calls of a GPUExecutor on the CUDA GPU (autotune.cuda's context): the
+    """The runtime calls of a GPUExecutor on the CUDA GPU (autotune.runtime.cuda's context): the
     default stream, in whose order copies and kernels run."""
 
     def __init__(self):
@@ -118,8 +118,8 @@ class CUDADevice:
 
 class GPUExecutor(Executor):
     """A model compiled for a GPU; see the module text.  ``steps`` hold kernels built for
-    ``device`` (:class:`autotune.gpu.GPUKernel` for an :class:`OpenCLDevice`,
-    :class:`autotune.cuda.CUDAKernel` for a :class:`CUDADevice`)."""
+    ``device`` (:class:`autotune.runtime.opencl.GPUKernel` for an :class:`OpenCLDevice`,
+    :class:`autotune.runtime.cuda.CUDAKernel` for a :class:`CUDADevice`)."""
 
     def __init__(self, model: Model, steps: list[Step], plan: MemoryPlan,
                  views: Mapping[str, str], report: BuildReport, target: str, device):
