@@ -47,8 +47,10 @@ def export_onnx(module, example_inputs, path: str | os.PathLike, *,
             raise FrontendError(f"from_torch: example input {k} is a {type(arg).__name__}, "
                                 f"not a torch.Tensor")
     path = os.fspath(path)
+    # verbose=False: the dynamo exporter otherwise narrates its passes on standard output,
+    # which is the caller's (a script printing JSON, a notebook).
     options = {"opset_version": opset, "input_names": input_names,
-               "output_names": output_names}
+               "output_names": output_names, "verbose": False}
     if dynamo is not None:
         options["dynamo"] = dynamo
     module = module.eval()

@@ -1,5 +1,6 @@
 """Hugging Face ``transformers`` models as torch.onnx.export writes them: narrow two-layer
-BERT, GPT-2 and wav2vec2 (the same operators as the full-size ones: embeddings, the padding
+BERT, GPT-2 (also its decode step: one token after a 127-token cache passed in and out as
+tensors) and wav2vec2 (the same operators as the full-size ones: embeddings, the padding
 and causal masks, attention, layer norm, GELU, wav2vec2's 1-D convolution front end), built
 from their configurations with random weights by ``python -m benchmarks.model_corpus --small
 --write tests/models/transformers`` (torch, onnxscript and transformers installed by hand).
@@ -19,7 +20,7 @@ from .helpers import TARGET
 from .onnx_models import run_onnxruntime
 
 FOLDER = os.path.join(os.path.dirname(__file__), os.pardir, "models", "transformers")
-MODELS = ("bert_base_small", "gpt2_small", "wav2vec2_base_small")
+MODELS = ("bert_base_small", "gpt2_small", "gpt2_decode_small", "wav2vec2_base_small")
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -32,6 +33,7 @@ def test_the_export_builds_and_matches_onnxruntime(name):
     expected = run_onnxruntime(proto, feeds)
     lib = build_model(load_model(path), TARGET, warn=False)
     got = lib.run(feeds)
+    assert set(got) == set(expected)
     for out, want in expected.items():
         scale = float(np.max(np.abs(want))) or 1.0
         assert got[out].shape == want.shape
