@@ -27,7 +27,10 @@ def _check_against_ort(proto, shape, lookup=None):
     got = lib.run({"x": x})
     assert set(got) == set(expected)
     for name in expected:
-        np.testing.assert_allclose(got[name], expected[name], rtol=RTOL, atol=ATOL)
+        # The absolute part scales with the output: a full-size network's logits reach ~60,
+        # and one near zero then differs by a few 1e-5 from the summation order alone.
+        scale = max(1.0, float(np.max(np.abs(expected[name]))))
+        np.testing.assert_allclose(got[name], expected[name], rtol=RTOL, atol=ATOL * scale)
     return model, lib
 
 
