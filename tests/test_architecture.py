@@ -1,7 +1,8 @@
 """The package structure, read from the sources with ``ast`` (nothing is imported).
 
-Three rules hold over every import statement of the packages, those inside functions included
-(a deferred import is still a dependency; deferring one only hides a cycle from Python):
+The rules hold over every import statement of the packages, those inside functions and under
+``if TYPE_CHECKING:`` included (a deferred import is still a dependency, and so is a type named
+in annotations; deferring one only hides a cycle from Python):
 
 1. **One stack.** ``tensor_ir`` <- ``schedules`` <- ``records`` <- ``cost_models`` <- ``search``
    <- ``autotune``: a package imports only from itself and the packages below it.
@@ -73,7 +74,7 @@ def imports_of(module: str, path: Path) -> list[Import]:
     tree = ast.parse(path.read_text(), filename=str(path))
     is_package = path.name == "__init__.py"
     out = []
-    for node in _executed(tree):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 out.append(Import(module, alias.name, ("",), node.lineno))
@@ -82,16 +83,6 @@ def imports_of(module: str, path: Path) -> list[Import]:
                       else node.module or "")
             out.append(Import(module, target, tuple(a.name for a in node.names), node.lineno))
     return out
-
-
-def _executed(tree: ast.Module):
-    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (imports there serve
-    annotations only and never run)."""
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt))
-    return [n for n in ast.walk(tree) if id(n) not in skip]
 
 
 def _owner(target: str, modules: dict[str, Path]) -> str | None:
@@ -192,7 +183,7 @@ def private_uses(modules: dict[str, Path]) -> list[str]:
         is_package = path.name == "__init__.py"
         aliases: dict[str, str] = {}
         foreign: set[str] = set()
-        for node in _executed(tree):
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 target = (_resolve(module, is_package, node.level, node.module) if node.level
                           else node.module or "")
@@ -456,6 +447,9 @@ def test_checker_catches_planted_violations(tmp_path, monkeypatch):
     (root / "tensor_ir" / "a.py").write_text("from autotune import api\nfrom .b import _x\n")
     (root / "tensor_ir" / "b.py").write_text(
         "def f(loop):\n    from . import a\n    return loop._step()\n_x = 1\n")
+    (root / "tensor_ir" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import D\n")
+    (root / "tensor_ir" / "d.py").write_text("from . import c\nclass D:\n    pass\n")
     (root / "autotune" / "api.py").write_text(
         "def f(target, group):\n    if target.kind == 'cuda' or target.is_gpu:\n"
         "        return group.kind == 'view'\n"
@@ -478,7 +472,7 @@ def test_checker_catches_planted_violations(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", root)
     modules = source_files()
     assert len(upward_imports(modules)) == 1
-    assert cycles(modules) == [["tensor_ir.a", "tensor_ir.b"]]
+    assert cycles(modules) == [["tensor_ir.a", "tensor_ir.b"], ["tensor_ir.c", "tensor_ir.d"]]
     assert len(private_uses(modules)) == 2
     assert [p.split(": ", 1)[1] for p in kind_switches(modules)] == [
         "target.kind == 'cuda'", "target.is_gpu"]

@@ -8,7 +8,6 @@ UnsupportedOperatorError.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,15 +15,11 @@ from tensor_ir import ops
 
 from ..graph.errors import FrontendError
 from ..graph.types import contiguous
-
+from .onnx_context import Importer
 from .onnx_registry import ARITY, CONVERTERS, VALUE_DTYPES, value_dtype  # noqa: F401
 from .onnx_registry import axes_arg as _axes_arg
 from .onnx_registry import converter as _converter
 from .onnx_registry import float_input as _float_input
-
-if TYPE_CHECKING:  # the importer imports this module; the type is for annotations only
-    from .onnx import Importer
-
 
 
 @_converter("Constant", inputs=(0, 0))

@@ -7,17 +7,15 @@ Registered into ``onnx_converters.CONVERTERS`` when that module is imported (at 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .onnx_context import Importer
 from .onnx_registry import axes_arg as _axes_arg
 from .onnx_registry import converter as _converter
 from .onnx_registry import float_input as _float_input
 from .onnx_registry import value_dtype
 
-if TYPE_CHECKING:
-    from .onnx import Importer
 
 # ONNX op type -> (graph operator, {attribute: default}); float inputs only unless noted.
 _UNARY_MATH = {

@@ -4,14 +4,12 @@ float inputs, axes).  autotune.frontends.onnx_converters and onnx_converters_mor
 their converters here."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
 from ..graph.errors import FrontendError
-
-if TYPE_CHECKING:  # the importer imports the converters; the type is for annotations only
-    from .onnx import Importer
+from .onnx_context import Importer
 
 __all__ = ["ARITY", "CONVERTERS", "VALUE_DTYPES", "axes_arg", "converter", "float_input",
            "value_dtype"]
